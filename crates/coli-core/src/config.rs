@@ -1,0 +1,239 @@
+//! `config.json`: the keys all families share, in both their old and new spellings.
+//!
+//! Family files deserialize their own `Config` struct from [`RawConfig::value`];
+//! this module owns the keys whose spelling changed across `transformers`
+//! versions (`rope_theta`/`rope_scaling` vs `rope_parameters`) and the ones with
+//! several shapes (`eos_token_id` as an int or a list).
+
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::{CoreError, Result};
+
+/// A parsed `config.json` with the path it came from (for error messages).
+#[derive(Clone, Debug)]
+pub struct RawConfig {
+    /// Where the config was read from.
+    pub path: PathBuf,
+    /// The whole JSON object.
+    pub value: Value,
+}
+
+/// How RoPE frequencies are scaled.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    None,
+    /// Llama 3.1's frequency-dependent scaling.
+    Llama3 {
+        /// Overall scale factor.
+        factor: f64,
+        /// Wavelength ratio below which frequencies are divided by `factor`.
+        low_freq_factor: f64,
+        /// Wavelength ratio above which frequencies are kept.
+        high_freq_factor: f64,
+        /// Context length the model was trained with before scaling.
+        original_max_position_embeddings: f64,
+    },
+    /// Linear position interpolation (`inv_freq / factor`).
+    Linear {
+        /// Scale factor.
+        factor: f64,
+    },
+}
+
+/// RoPE base and scaling, whichever way the config spells them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeParameters {
+    /// The base θ.
+    pub theta: f64,
+    /// Frequency scaling.
+    pub scaling: RopeScaling,
+}
+
+impl RawConfig {
+    /// Reads and parses `path` (a `config.json`).
+    pub fn read(path: &Path) -> Result<RawConfig> {
+        let text = std::fs::read_to_string(path).map_err(|e| CoreError::io(path, e))?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses config text; `path` is only used in messages.
+    pub fn parse(path: &Path, text: &str) -> Result<RawConfig> {
+        let value: Value = serde_json::from_str(text).map_err(|e| CoreError::Config {
+            path: path.to_path_buf(),
+            msg: format!("not valid JSON: {e}"),
+        })?;
+        if !value.is_object() {
+            return Err(CoreError::Config {
+                path: path.to_path_buf(),
+                msg: "expected a JSON object at the top level".into(),
+            });
+        }
+        Ok(RawConfig {
+            path: path.to_path_buf(),
+            value,
+        })
+    }
+
+    /// An error about this config naming `key`.
+    pub fn error(&self, key: &str, msg: impl std::fmt::Display) -> CoreError {
+        CoreError::Config {
+            path: self.path.clone(),
+            msg: format!("key \"{key}\": {msg}"),
+        }
+    }
+
+    /// `model_type`, required.
+    pub fn model_type(&self) -> Result<&str> {
+        self.value
+            .get("model_type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| self.error("model_type", "missing or not a string"))
+    }
+
+    /// Deserializes the whole config into a family's `Config` struct.
+    pub fn deserialize<T: DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_value(self.value.clone()).map_err(|e| CoreError::Config {
+            path: self.path.clone(),
+            msg: format!("does not match the family's config: {e}"),
+        })
+    }
+
+    /// End-of-sequence ids: `eos_token_id` as an int, a list, or absent (empty).
+    pub fn eos_token_ids(&self) -> Result<Vec<u32>> {
+        match self.value.get("eos_token_id") {
+            None | Some(Value::Null) => Ok(vec![]),
+            Some(Value::Number(n)) => Ok(vec![self.id_of(n, "eos_token_id")?]),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::Number(n) => self.id_of(n, "eos_token_id"),
+                    other => Err(self.error("eos_token_id", format!("expected ints, found {other}"))),
+                })
+                .collect(),
+            Some(other) => Err(self.error(
+                "eos_token_id",
+                format!("expected an int or a list of ints, found {other}"),
+            )),
+        }
+    }
+
+    fn id_of(&self, n: &serde_json::Number, key: &str) -> Result<u32> {
+        n.as_u64()
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| self.error(key, format!("expected a non-negative token id, found {n}")))
+    }
+
+    /// RoPE θ and scaling from `rope_parameters` (new) or `rope_theta` + `rope_scaling` (old).
+    /// `default_theta` is used when neither spelling gives a θ.
+    pub fn rope_parameters(&self, default_theta: f64) -> Result<RopeParameters> {
+        let new = self.value.get("rope_parameters").filter(|v| !v.is_null());
+        let (theta, scaling_obj, key) = match new {
+            Some(p) => {
+                let theta = p
+                    .get("rope_theta")
+                    .and_then(Value::as_f64)
+                    .or_else(|| self.value.get("rope_theta").and_then(Value::as_f64))
+                    .unwrap_or(default_theta);
+                (theta, Some(p), "rope_parameters")
+            }
+            None => {
+                let theta = self
+                    .value
+                    .get("rope_theta")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(default_theta);
+                let s = self.value.get("rope_scaling").filter(|v| !v.is_null());
+                (theta, s, "rope_scaling")
+            }
+        };
+        if !(theta.is_finite() && theta > 1.0) {
+            return Err(self.error("rope_theta", format!("must be a finite number > 1, found {theta}")));
+        }
+        let scaling = match scaling_obj {
+            None => RopeScaling::None,
+            Some(obj) => {
+                let kind = obj
+                    .get("rope_type")
+                    .or_else(|| obj.get("type"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("default");
+                let num = |k: &str| -> Result<f64> {
+                    obj.get(k)
+                        .and_then(Value::as_f64)
+                        .ok_or_else(|| self.error(key, format!("rope_type \"{kind}\" needs the number \"{k}\"")))
+                };
+                match kind {
+                    "default" => RopeScaling::None,
+                    "linear" => RopeScaling::Linear { factor: num("factor")? },
+                    "llama3" => RopeScaling::Llama3 {
+                        factor: num("factor")?,
+                        low_freq_factor: num("low_freq_factor")?,
+                        high_freq_factor: num("high_freq_factor")?,
+                        original_max_position_embeddings: num("original_max_position_embeddings")?,
+                    },
+                    other => {
+                        return Err(self.error(
+                            key,
+                            format!("unsupported rope_type \"{other}\" (supported: default, linear, llama3)"),
+                        ))
+                    }
+                }
+            }
+        };
+        Ok(RopeParameters { theta, scaling })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(text: &str) -> RawConfig {
+        RawConfig::parse(Path::new("config.json"), text).unwrap()
+    }
+
+    #[test]
+    fn old_and_new_rope_keys_agree() {
+        let old = cfg(r#"{"rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}"#);
+        let new = cfg(r#"{"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}"#);
+        let a = old.rope_parameters(10000.0).unwrap();
+        assert_eq!(a, new.rope_parameters(10000.0).unwrap());
+        assert_eq!(a.theta, 500000.0);
+        assert!(matches!(a.scaling, RopeScaling::Llama3 { factor, .. } if factor == 8.0));
+    }
+
+    #[test]
+    fn rope_defaults_and_errors() {
+        let p = cfg("{}").rope_parameters(10000.0).unwrap();
+        assert_eq!(p, RopeParameters { theta: 10000.0, scaling: RopeScaling::None });
+        let e = cfg(r#"{"rope_scaling": {"rope_type": "dynamic", "factor": 2}}"#)
+            .rope_parameters(1e4)
+            .unwrap_err();
+        assert!(e.to_string().contains("unsupported rope_type \"dynamic\""), "{e}");
+        let e = cfg(r#"{"rope_theta": -3}"#).rope_parameters(1e4).unwrap_err();
+        assert!(e.to_string().contains("rope_theta"), "{e}");
+    }
+
+    #[test]
+    fn eos_as_int_list_or_absent() {
+        assert_eq!(cfg(r#"{"eos_token_id": 2}"#).eos_token_ids().unwrap(), vec![2]);
+        assert_eq!(cfg(r#"{"eos_token_id": [1, 7]}"#).eos_token_ids().unwrap(), vec![1, 7]);
+        assert!(cfg("{}").eos_token_ids().unwrap().is_empty());
+        assert!(cfg(r#"{"eos_token_id": "x"}"#).eos_token_ids().is_err());
+        assert!(cfg(r#"{"eos_token_id": -1}"#).eos_token_ids().is_err());
+    }
+
+    #[test]
+    fn model_type_required() {
+        let e = cfg("{}").model_type().unwrap_err();
+        assert!(e.to_string().contains("model_type"));
+        assert!(RawConfig::parse(Path::new("c.json"), "[1]").is_err());
+        assert!(RawConfig::parse(Path::new("c.json"), "{").is_err());
+    }
+}

@@ -1,0 +1,126 @@
+//! Element types of stored tensors and their exact conversion to f32.
+
+use std::fmt;
+
+/// Element type of a stored tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// IEEE binary32.
+    F32,
+    /// bfloat16 (upper half of an f32).
+    BF16,
+    /// IEEE binary16.
+    F16,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::BF16 | DType::F16 => 2,
+        }
+    }
+
+    /// The safetensors spelling (`F32`, `BF16`, `F16`).
+    pub fn safetensors_name(self) -> &'static str {
+        match self {
+            DType::F32 => "F32",
+            DType::BF16 => "BF16",
+            DType::F16 => "F16",
+        }
+    }
+
+    /// Parses the safetensors spelling; `None` for dtypes coli does not compute with.
+    pub fn from_safetensors_name(s: &str) -> Option<DType> {
+        match s {
+            "F32" => Some(DType::F32),
+            "BF16" => Some(DType::BF16),
+            "F16" => Some(DType::F16),
+            _ => None,
+        }
+    }
+
+    /// Converts little-endian stored elements to f32. Exact for every dtype here.
+    pub fn to_f32(self, bytes: &[u8], out: &mut [f32]) {
+        let n = bytes.len() / self.size();
+        assert_eq!(n, out.len(), "to_f32: {} elements into {} slots", n, out.len());
+        match self {
+            DType::F32 => {
+                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            }
+            DType::BF16 => {
+                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *o = bf16_to_f32(u16::from_le_bytes([c[0], c[1]]));
+                }
+            }
+            DType::F16 => {
+                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+                }
+            }
+        }
+    }
+
+    /// Converts stored elements to a new f32 vector.
+    pub fn to_f32_vec(self, bytes: &[u8]) -> Vec<f32> {
+        let mut v = vec![0.0; bytes.len() / self.size()];
+        self.to_f32(bytes, &mut v);
+        v
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.safetensors_name())
+    }
+}
+
+/// bf16 bits to f32 (exact: bf16 is the upper half of an f32).
+#[inline]
+pub fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits((bits as u32) << 16)
+}
+
+/// f32 to bf16 bits, round to nearest even (what torch's `.to(bfloat16)` does); NaN stays NaN.
+#[inline]
+pub fn f32_to_bf16(x: f32) -> u16 {
+    half::bf16::from_f32(x).to_bits()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_round_trip_is_exact_on_representable_values() {
+        for bits in (0u16..=0xffff).step_by(7) {
+            let x = bf16_to_f32(bits);
+            if x.is_nan() {
+                continue;
+            }
+            assert_eq!(f32_to_bf16(x), bits);
+        }
+    }
+
+    #[test]
+    fn bf16_rounds_to_nearest_even() {
+        // 1 + 2^-8 lies exactly between two bf16 values (1 and 1 + 2^-7): ties to even -> 1.
+        assert_eq!(bf16_to_f32(f32_to_bf16(1.0 + 1.0 / 256.0)), 1.0);
+        // 1 + 3*2^-8 ties between 1+2^-7 (odd mantissa) and 1+2^-6: goes to 1+2^-6.
+        assert_eq!(bf16_to_f32(f32_to_bf16(1.0 + 3.0 / 256.0)), 1.0 + 1.0 / 64.0);
+    }
+
+    #[test]
+    fn f16_conversion_matches_spec_values() {
+        // 0x3c00 = 1.0, 0xc000 = -2.0, 0x7bff = 65504 (max finite), 0x0001 = 2^-24.
+        let bytes: Vec<u8> = [0x3c00u16, 0xc000, 0x7bff, 0x0001]
+            .iter()
+            .flat_map(|b| b.to_le_bytes())
+            .collect();
+        let v = DType::F16.to_f32_vec(&bytes);
+        assert_eq!(v, vec![1.0, -2.0, 65504.0, 2f32.powi(-24)]);
+    }
+}

@@ -1,0 +1,446 @@
+//! GGUF, llama.cpp's single-file container: metadata, tensor directory and
+//! block dequantization.
+//!
+//! Layout (version 2 and 3, little-endian): magic `GGUF`, u32 version, u64
+//! tensor count, u64 metadata count, the metadata key/values, the tensor infos
+//! (name, dims innermost first, ggml type, offset into the data section), then
+//! the data section at the next multiple of `general.alignment` (default 32).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use crate::error::{CoreError, Result};
+
+/// A metadata value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GgufValue {
+    /// Any unsigned or signed integer type, widened.
+    Int(i128),
+    /// f32 or f64, widened.
+    Float(f64),
+    /// bool.
+    Bool(bool),
+    /// UTF-8 string.
+    Str(String),
+    /// Array of values.
+    Array(Vec<GgufValue>),
+}
+
+impl GgufValue {
+    /// As an unsigned integer, if it is one.
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            GgufValue::Int(i) => u64::try_from(*i).ok(),
+            _ => None,
+        }
+    }
+    /// As a float (integers convert).
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            GgufValue::Float(f) => Some(*f),
+            GgufValue::Int(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+    /// As a string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            GgufValue::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    /// As a bool.
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            GgufValue::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+    /// As an array.
+    pub fn as_array(&self) -> Option<&[GgufValue]> {
+        match self {
+            GgufValue::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+/// The ggml tensor types coli can dequantize.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GgmlType {
+    /// f32.
+    F32,
+    /// f16.
+    F16,
+    /// bf16.
+    BF16,
+    /// 32 weights: f16 scale, 4-bit values offset by 8.
+    Q4_0,
+    /// 32 weights: f16 scale and minimum, 4-bit values.
+    Q4_1,
+    /// 32 weights: f16 scale, 8-bit signed values.
+    Q8_0,
+}
+
+impl GgmlType {
+    fn from_id(id: u32) -> Option<GgmlType> {
+        Some(match id {
+            0 => GgmlType::F32,
+            1 => GgmlType::F16,
+            2 => GgmlType::Q4_0,
+            3 => GgmlType::Q4_1,
+            8 => GgmlType::Q8_0,
+            30 => GgmlType::BF16,
+            _ => return None,
+        })
+    }
+    /// (elements per block, bytes per block).
+    pub fn block(self) -> (usize, usize) {
+        match self {
+            GgmlType::F32 => (1, 4),
+            GgmlType::F16 | GgmlType::BF16 => (1, 2),
+            GgmlType::Q4_0 => (32, 18),
+            GgmlType::Q4_1 => (32, 20),
+            GgmlType::Q8_0 => (32, 34),
+        }
+    }
+}
+
+/// One entry of the tensor directory.
+#[derive(Clone, Debug)]
+pub struct GgufTensor {
+    /// Name (llama.cpp spelling, e.g. `blk.0.attn_q.weight`).
+    pub name: String,
+    /// Dimensions innermost first, as GGUF stores them.
+    pub dims: Vec<usize>,
+    /// Element type.
+    pub ty: GgmlType,
+    /// Absolute byte range in the file.
+    pub range: std::ops::Range<usize>,
+}
+
+impl GgufTensor {
+    /// Shape outermost first (the Hugging Face / safetensors order).
+    pub fn shape(&self) -> Vec<usize> {
+        self.dims.iter().rev().copied().collect()
+    }
+    /// Element count.
+    pub fn numel(&self) -> usize {
+        self.dims.iter().product()
+    }
+}
+
+/// An opened, validated GGUF file.
+pub struct GgufFile {
+    /// Where it is.
+    pub path: PathBuf,
+    /// Metadata key/values.
+    pub metadata: BTreeMap<String, GgufValue>,
+    /// Tensor directory in file order.
+    pub tensors: Vec<GgufTensor>,
+    map: Mmap,
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or_else(|| {
+            format!("unexpected end of file at byte {} (wanted {n} more bytes)", self.pos)
+        })?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    fn len(&mut self, what: &str) -> Result<usize, String> {
+        let n = self.u64()?;
+        // Every element occupies at least one byte, so a count beyond the remaining bytes is corrupt.
+        if n > (self.buf.len() - self.pos) as u64 {
+            return Err(format!("{what} count {n} at byte {} exceeds the file size", self.pos));
+        }
+        Ok(n as usize)
+    }
+    fn string(&mut self) -> Result<String, String> {
+        let n = self.len("string length")?;
+        let b = self.take(n)?;
+        String::from_utf8(b.to_vec()).map_err(|_| format!("string at byte {} is not UTF-8", self.pos - n))
+    }
+    fn value(&mut self, ty: u32, depth: u32) -> Result<GgufValue, String> {
+        Ok(match ty {
+            0 => GgufValue::Int(self.take(1)?[0] as i128),
+            1 => GgufValue::Int(self.take(1)?[0] as i8 as i128),
+            2 => GgufValue::Int(u16::from_le_bytes(self.take(2)?.try_into().expect("2")) as i128),
+            3 => GgufValue::Int(i16::from_le_bytes(self.take(2)?.try_into().expect("2")) as i128),
+            4 => GgufValue::Int(self.u32()? as i128),
+            5 => GgufValue::Int(self.u32()? as i32 as i128),
+            6 => GgufValue::Float(f32::from_bits(self.u32()?) as f64),
+            7 => GgufValue::Bool(self.take(1)?[0] != 0),
+            8 => GgufValue::Str(self.string()?),
+            9 => {
+                if depth > 2 {
+                    return Err("arrays nested too deeply".into());
+                }
+                let et = self.u32()?;
+                let n = self.len("array length")?;
+                let mut v = Vec::with_capacity(n.min(1 << 20));
+                for _ in 0..n {
+                    v.push(self.value(et, depth + 1)?);
+                }
+                GgufValue::Array(v)
+            }
+            10 => GgufValue::Int(self.u64()? as i128),
+            11 => GgufValue::Int(self.u64()? as i64 as i128),
+            12 => GgufValue::Float(f64::from_bits(self.u64()?)),
+            other => return Err(format!("unknown metadata value type {other} at byte {}", self.pos)),
+        })
+    }
+}
+
+/// Parses the header and tensor directory of GGUF bytes; ranges are checked against `buf`.
+pub fn parse(buf: &[u8]) -> Result<(BTreeMap<String, GgufValue>, Vec<GgufTensor>), String> {
+    let mut r = Reader { buf, pos: 0 };
+    if r.take(4)? != b"GGUF" {
+        return Err("missing GGUF magic".into());
+    }
+    let version = r.u32()?;
+    if !(2..=3).contains(&version) {
+        return Err(format!("unsupported GGUF version {version} (supported: 2, 3)"));
+    }
+    let n_tensors = r.len("tensor")?;
+    let n_kv = r.len("metadata")?;
+    let mut metadata = BTreeMap::new();
+    for _ in 0..n_kv {
+        let key = r.string()?;
+        let ty = r.u32()?;
+        let v = r.value(ty, 0)?;
+        metadata.insert(key, v);
+    }
+    let mut infos = Vec::with_capacity(n_tensors.min(1 << 16));
+    for _ in 0..n_tensors {
+        let name = r.string()?;
+        let nd = r.u32()?;
+        if nd > 4 {
+            return Err(format!("tensor \"{name}\": {nd} dimensions (at most 4)"));
+        }
+        let dims = (0..nd)
+            .map(|_| r.u64().map(|d| d as usize))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ty_id = r.u32()?;
+        let offset = r.u64()?;
+        infos.push((name, dims, ty_id, offset));
+    }
+    let alignment = match metadata.get("general.alignment") {
+        None => 32,
+        Some(v) => v.as_u64().filter(|a| a.is_power_of_two()).ok_or("general.alignment is not a power of two")? as usize,
+    };
+    let data_start = r.pos.div_ceil(alignment) * alignment;
+    let mut tensors = Vec::with_capacity(infos.len());
+    for (name, dims, ty_id, offset) in infos {
+        let ty = GgmlType::from_id(ty_id)
+            .ok_or_else(|| format!("tensor \"{name}\": ggml type {ty_id} is not supported (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0)"))?;
+        let numel = dims
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| format!("tensor \"{name}\": dims {dims:?} overflow"))?;
+        let (bs, bb) = ty.block();
+        if dims.first().is_some_and(|&d| d % bs != 0) {
+            return Err(format!("tensor \"{name}\": row length {} is not a multiple of the block size {bs}", dims[0]));
+        }
+        let bytes = (numel / bs).checked_mul(bb).ok_or("tensor size overflows")?;
+        let start = data_start
+            .checked_add(offset as usize)
+            .ok_or_else(|| format!("tensor \"{name}\": offset overflows"))?;
+        let end = start.checked_add(bytes).filter(|&e| e <= buf.len()).ok_or_else(|| {
+            format!("tensor \"{name}\": data [{start}, {start}+{bytes}) runs past the end of the file ({} bytes)", buf.len())
+        })?;
+        tensors.push(GgufTensor {
+            name,
+            dims,
+            ty,
+            range: start..end,
+        });
+    }
+    Ok((metadata, tensors))
+}
+
+impl GgufFile {
+    /// Maps and parses a GGUF file.
+    pub fn open(path: &Path) -> Result<GgufFile> {
+        let file = File::open(path).map_err(|e| CoreError::io(path, e))?;
+        // SAFETY: read-only mapping of a file coli does not modify while it is open.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| CoreError::io(path, e))?;
+        let (metadata, tensors) = parse(&map).map_err(|msg| CoreError::Gguf {
+            path: path.to_path_buf(),
+            msg,
+        })?;
+        Ok(GgufFile {
+            path: path.to_path_buf(),
+            metadata,
+            tensors,
+            map,
+        })
+    }
+
+    /// A metadata value, or an error naming the key.
+    pub fn meta(&self, key: &str) -> Result<&GgufValue> {
+        self.metadata.get(key).ok_or_else(|| CoreError::Gguf {
+            path: self.path.clone(),
+            msg: format!("missing metadata key \"{key}\""),
+        })
+    }
+
+    /// A tensor's entry by name.
+    pub fn tensor(&self, name: &str) -> Option<&GgufTensor> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// Dequantizes a tensor to f32, in storage order.
+    pub fn dequantize(&self, t: &GgufTensor) -> Vec<f32> {
+        let mut out = vec![0.0; t.numel()];
+        dequantize(t.ty, &self.map[t.range.clone()], &mut out);
+        out
+    }
+}
+
+#[inline]
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
+}
+
+/// Dequantizes `bytes` of type `ty` into `out` (whole blocks), as ggml defines each type.
+pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
+    let (bs, bb) = ty.block();
+    assert_eq!(bytes.len() / bb * bs, out.len(), "dequantize: size mismatch");
+    match ty {
+        GgmlType::F32 => crate::DType::F32.to_f32(bytes, out),
+        GgmlType::F16 => crate::DType::F16.to_f32(bytes, out),
+        GgmlType::BF16 => crate::DType::BF16.to_f32(bytes, out),
+        GgmlType::Q4_0 => {
+            for (b, o) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(bs)) {
+                let d = f16_at(b, 0);
+                for j in 0..16 {
+                    o[j] = ((b[2 + j] & 0x0f) as i32 - 8) as f32 * d;
+                    o[j + 16] = ((b[2 + j] >> 4) as i32 - 8) as f32 * d;
+                }
+            }
+        }
+        GgmlType::Q4_1 => {
+            for (b, o) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(bs)) {
+                let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+                for j in 0..16 {
+                    o[j] = (b[4 + j] & 0x0f) as f32 * d + m;
+                    o[j + 16] = (b[4 + j] >> 4) as f32 * d + m;
+                }
+            }
+        }
+        GgmlType::Q8_0 => {
+            for (b, o) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(bs)) {
+                let d = f16_at(b, 0);
+                for j in 0..32 {
+                    o[j] = (b[2 + j] as i8) as f32 * d;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn s(out: &mut Vec<u8>, x: &str) {
+        out.extend((x.len() as u64).to_le_bytes());
+        out.extend(x.as_bytes());
+    }
+
+    /// A GGUF with one u32 key and one Q4_1 tensor of 32 elements.
+    fn tiny() -> Vec<u8> {
+        let mut v = b"GGUF".to_vec();
+        v.extend(3u32.to_le_bytes());
+        v.extend(1u64.to_le_bytes());
+        v.extend(1u64.to_le_bytes());
+        s(&mut v, "llama.block_count");
+        v.extend(4u32.to_le_bytes());
+        v.extend(7u32.to_le_bytes());
+        s(&mut v, "w");
+        v.extend(1u32.to_le_bytes());
+        v.extend(32u64.to_le_bytes());
+        v.extend(3u32.to_le_bytes());
+        v.extend(0u64.to_le_bytes());
+        while v.len() % 32 != 0 {
+            v.push(0);
+        }
+        v.extend(half::f16::from_f32(0.5).to_bits().to_le_bytes());
+        v.extend(half::f16::from_f32(-1.0).to_bits().to_le_bytes());
+        v.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        v
+    }
+
+    #[test]
+    fn parses_and_dequantizes_q4_1_per_spec() {
+        let buf = tiny();
+        let (meta, tensors) = parse(&buf).unwrap();
+        assert_eq!(meta["llama.block_count"], GgufValue::Int(7));
+        let t = &tensors[0];
+        assert_eq!((t.name.as_str(), t.ty, t.shape()), ("w", GgmlType::Q4_1, vec![32]));
+        let mut out = vec![0.0; 32];
+        dequantize(t.ty, &buf[t.range.clone()], &mut out);
+        // Low nibbles hold j, high nibbles 15 - j: x = q * 0.5 - 1.
+        for j in 0..16 {
+            assert_eq!(out[j], j as f32 * 0.5 - 1.0);
+            assert_eq!(out[j + 16], (15 - j) as f32 * 0.5 - 1.0);
+        }
+    }
+
+    #[test]
+    fn q8_0_and_q4_0_per_spec() {
+        let mut b = half::f16::from_f32(0.25).to_bits().to_le_bytes().to_vec();
+        b.extend((0..32).map(|i| (i as i8 - 16) as u8));
+        let mut out = vec![0.0; 32];
+        dequantize(GgmlType::Q8_0, &b, &mut out);
+        assert_eq!(out[0], -4.0);
+        assert_eq!(out[31], 3.75);
+        let mut b = half::f16::from_f32(2.0).to_bits().to_le_bytes().to_vec();
+        b.extend([0x9fu8; 16]);
+        dequantize(GgmlType::Q4_0, &b, &mut out);
+        assert_eq!((out[0], out[16]), ((15.0 - 8.0) * 2.0, (9.0 - 8.0) * 2.0));
+    }
+
+    #[test]
+    fn truncations_are_errors() {
+        let buf = tiny();
+        for cut in [0, 3, 10, 30, 60, buf.len() - 1] {
+            assert!(parse(&buf[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut bad = buf.clone();
+        bad[0] = b'X';
+        assert!(parse(&bad).unwrap_err().contains("magic"));
+    }
+
+    proptest! {
+        #[test]
+        fn mutated_files_never_panic(pos in 0usize..200, byte in any::<u8>()) {
+            let mut buf = tiny();
+            let p = pos % buf.len();
+            buf[p] = byte;
+            if let Ok((_, tensors)) = parse(&buf) {
+                for t in tensors {
+                    prop_assert!(t.range.end <= buf.len());
+                }
+            }
+        }
+    }
+}

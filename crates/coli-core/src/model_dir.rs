@@ -1,0 +1,277 @@
+//! A Hugging Face model directory, memory-mapped.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use serde_json::Value;
+
+use crate::config::RawConfig;
+use crate::dtype::DType;
+use crate::error::{CoreError, Result};
+use crate::safetensors_header::{header_len, parse_header, Header};
+
+/// Environment variable listing extra directories (`:`-separated) searched for shards.
+pub const MODEL_DIRS_ENV: &str = "COLI_MODEL_DIRS";
+
+/// A memory-mapped safetensors shard with its validated header.
+#[derive(Debug)]
+pub struct Shard {
+    /// Where the shard is.
+    pub path: PathBuf,
+    /// The mapping of the whole file.
+    pub map: Arc<Mmap>,
+    /// Its validated header.
+    pub header: Header,
+}
+
+impl Shard {
+    /// Maps and validates one safetensors file.
+    pub fn open(path: &Path) -> Result<Shard> {
+        let file = File::open(path).map_err(|e| CoreError::io(path, e))?;
+        let len = file.metadata().map_err(|e| CoreError::io(path, e))?.len();
+        // SAFETY: the mapping is read-only; coli never writes model files in place (every
+        // writer renames a finished temp file over the old one), so the bytes behind the map
+        // stay those of the file we validated below.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| CoreError::io(path, e))?;
+        let bad = |msg: String| CoreError::Header {
+            path: path.to_path_buf(),
+            msg,
+        };
+        let n = header_len(&map[..map.len().min(8)], len).map_err(bad)?;
+        let header = parse_header(&map[8..8 + n], len).map_err(bad)?;
+        Ok(Shard {
+            path: path.to_path_buf(),
+            map: Arc::new(map),
+            header,
+        })
+    }
+}
+
+/// A view of one stored tensor: where its bytes are and what they mean.
+#[derive(Clone, Debug)]
+pub struct TensorView {
+    /// Name as the checkpoint spells it.
+    pub name: String,
+    /// The safetensors dtype spelling.
+    pub dtype_name: String,
+    /// Shape, outermost first.
+    pub shape: Vec<usize>,
+    /// The shard holding it.
+    pub file: PathBuf,
+    map: Arc<Mmap>,
+    range: Range<usize>,
+}
+
+impl TensorView {
+    /// The raw little-endian bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map[self.range.clone()]
+    }
+
+    /// Byte range within its shard.
+    pub fn file_range(&self) -> Range<usize> {
+        self.range.clone()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The dtype, if it is one coli computes with; otherwise a clear error.
+    pub fn dtype(&self) -> Result<DType> {
+        DType::from_safetensors_name(&self.dtype_name).ok_or_else(|| CoreError::Dtype {
+            name: self.name.clone(),
+            file: self.file.clone(),
+            found: self.dtype_name.clone(),
+            expected: "F32, BF16, F16".into(),
+        })
+    }
+
+    /// Checks the shape against what the family expects.
+    pub fn expect_shape(&self, expected: &[usize]) -> Result<&Self> {
+        if self.shape != expected {
+            return Err(CoreError::Shape {
+                name: self.name.clone(),
+                file: self.file.clone(),
+                expected: expected.to_vec(),
+                found: self.shape.clone(),
+            });
+        }
+        Ok(self)
+    }
+
+    /// All elements converted to f32.
+    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        Ok(self.dtype()?.to_f32_vec(self.bytes()))
+    }
+}
+
+/// An opened model directory: its config and every tensor of every shard.
+#[derive(Debug)]
+pub struct ModelDir {
+    /// The directory.
+    pub path: PathBuf,
+    /// `config.json`.
+    pub config: RawConfig,
+    /// The shards, in a stable order.
+    pub shards: Vec<Shard>,
+    index: HashMap<String, usize>,
+}
+
+impl ModelDir {
+    /// Opens `path`: reads `config.json`, locates and validates every shard.
+    pub fn open(path: impl AsRef<Path>) -> Result<ModelDir> {
+        let path = path.as_ref();
+        if !path.is_dir() {
+            return Err(CoreError::MissingDir(path.to_path_buf()));
+        }
+        let config = RawConfig::read(&path.join("config.json"))?;
+        let search = search_dirs(path);
+        let index_path = path.join("model.safetensors.index.json");
+        let (shard_paths, weight_map) = if index_path.is_file() {
+            let (names, map) = read_index(&index_path)?;
+            let paths = names
+                .iter()
+                .map(|n| locate(n, &search).ok_or_else(|| index_err(&index_path, format!("shard \"{n}\" not found in {}", show_dirs(&search)))))
+                .collect::<Result<Vec<_>>>()?;
+            (paths, Some(map))
+        } else if path.join("model.safetensors").is_file() {
+            (vec![path.join("model.safetensors")], None)
+        } else {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|e| CoreError::io(path, e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+                .collect();
+            found.sort();
+            if found.is_empty() {
+                return Err(CoreError::Index {
+                    path: path.to_path_buf(),
+                    msg: "no model.safetensors, no model.safetensors.index.json and no *.safetensors files".into(),
+                });
+            }
+            (found, None)
+        };
+        let shards = shard_paths.iter().map(|p| Shard::open(p)).collect::<Result<Vec<_>>>()?;
+        let mut index = HashMap::new();
+        for (i, s) in shards.iter().enumerate() {
+            for name in s.header.tensors.keys() {
+                if let Some(prev) = index.insert(name.clone(), i) {
+                    return Err(CoreError::Header {
+                        path: s.path.clone(),
+                        msg: format!("tensor \"{name}\" is also stored in {}", shards[prev].path.display()),
+                    });
+                }
+            }
+        }
+        if let Some(map) = weight_map {
+            for (name, file) in &map {
+                match index.get(name) {
+                    Some(&i) if shards[i].path.file_name().is_some_and(|f| f == file.as_str()) => {}
+                    Some(&i) => {
+                        return Err(index_err(
+                            &index_path,
+                            format!("maps \"{name}\" to {file}, but it is stored in {}", shards[i].path.display()),
+                        ))
+                    }
+                    None => return Err(index_err(&index_path, format!("maps \"{name}\" to {file}, which does not contain it"))),
+                }
+            }
+        }
+        Ok(ModelDir {
+            path: path.to_path_buf(),
+            config,
+            shards,
+            index,
+        })
+    }
+
+    /// Whether a tensor of that name exists.
+    pub fn has(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// Looks a tensor up by name.
+    pub fn tensor(&self, name: &str) -> Result<TensorView> {
+        let &i = self.index.get(name).ok_or_else(|| CoreError::MissingTensor {
+            name: name.to_string(),
+            dir: self.path.clone(),
+        })?;
+        let shard = &self.shards[i];
+        let e = &shard.header.tensors[name];
+        Ok(TensorView {
+            name: name.to_string(),
+            dtype_name: e.dtype.clone(),
+            shape: e.shape.clone(),
+            file: shard.path.clone(),
+            map: shard.map.clone(),
+            range: e.file_range.clone(),
+        })
+    }
+
+    /// Looks a tensor up and checks its shape.
+    pub fn tensor_shaped(&self, name: &str, shape: &[usize]) -> Result<TensorView> {
+        let t = self.tensor(name)?;
+        t.expect_shape(shape)?;
+        Ok(t)
+    }
+
+    /// Every tensor name, sorted.
+    pub fn tensor_names(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.index.keys().map(String::as_str).collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+fn index_err(path: &Path, msg: String) -> CoreError {
+    CoreError::Index {
+        path: path.to_path_buf(),
+        msg,
+    }
+}
+
+fn show_dirs(dirs: &[PathBuf]) -> String {
+    dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// The model directory followed by the directories in `COLI_MODEL_DIRS`.
+pub fn search_dirs(model_dir: &Path) -> Vec<PathBuf> {
+    let mut dirs = vec![model_dir.to_path_buf()];
+    if let Some(extra) = std::env::var_os(MODEL_DIRS_ENV) {
+        dirs.extend(std::env::split_paths(&extra).filter(|p| !p.as_os_str().is_empty()));
+    }
+    dirs
+}
+
+fn locate(file_name: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
+    dirs.iter().map(|d| d.join(file_name)).find(|p| p.is_file())
+}
+
+/// Reads `model.safetensors.index.json`: the shard file names (sorted, unique) and the weight map.
+fn read_index(path: &Path) -> Result<(Vec<String>, HashMap<String, String>)> {
+    let text = std::fs::read_to_string(path).map_err(|e| CoreError::io(path, e))?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| index_err(path, format!("not valid JSON: {e}")))?;
+    let map = v
+        .get("weight_map")
+        .and_then(Value::as_object)
+        .ok_or_else(|| index_err(path, "missing \"weight_map\" object".into()))?;
+    let mut weight_map = HashMap::new();
+    let mut files = BTreeSet::new();
+    for (name, file) in map {
+        let file = file
+            .as_str()
+            .ok_or_else(|| index_err(path, format!("weight_map[\"{name}\"] is not a string")))?;
+        if file.contains('/') || file.contains('\\') || file == ".." {
+            return Err(index_err(path, format!("weight_map[\"{name}\"] = \"{file}\" is not a plain file name")));
+        }
+        files.insert(file.to_string());
+        weight_map.insert(name.clone(), file.to_string());
+    }
+    Ok((files.into_iter().collect(), weight_map))
+}

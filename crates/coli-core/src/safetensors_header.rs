@@ -1,0 +1,244 @@
+//! Validation of safetensors headers, which are untrusted bytes.
+//!
+//! Layout: 8 bytes little-endian header length `n`, `n` bytes of JSON, then the
+//! data section. Every entry is checked: known dtype, shape product without
+//! overflow, `data_offsets` inside the data section, byte span equal to
+//! shape × dtype size, and no two tensors overlapping.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use serde_json::Value;
+
+/// Largest header accepted (the format's own limit is 100 MB).
+pub const MAX_HEADER_LEN: u64 = 100_000_000;
+
+/// One tensor entry of a validated header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeaderEntry {
+    /// The safetensors dtype spelling (`BF16`, `F8_E4M3`, …).
+    pub dtype: String,
+    /// Shape, outermost dimension first.
+    pub shape: Vec<usize>,
+    /// Byte range relative to the start of the file (not of the data section).
+    pub file_range: Range<usize>,
+}
+
+/// A validated header.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    /// Tensors by name.
+    pub tensors: BTreeMap<String, HeaderEntry>,
+    /// The free-form `__metadata__` map.
+    pub metadata: BTreeMap<String, String>,
+    /// Offset of the data section in the file (8 + header length).
+    pub data_start: usize,
+}
+
+/// Bytes per element of a safetensors dtype spelling; `None` if unknown.
+pub fn dtype_size(dtype: &str) -> Option<usize> {
+    Some(match dtype {
+        "BOOL" | "U8" | "I8" | "F8_E4M3" | "F8_E5M2" | "F8_E8M0" => 1,
+        "I16" | "U16" | "F16" | "BF16" => 2,
+        "I32" | "U32" | "F32" => 4,
+        "I64" | "U64" | "F64" => 8,
+        _ => return None,
+    })
+}
+
+/// Reads the 8-byte length prefix from the first bytes of a file of `file_len` bytes,
+/// checking it against the file size. Returns the header length.
+pub fn header_len(prefix: &[u8], file_len: u64) -> Result<usize, String> {
+    if file_len < 8 || prefix.len() < 8 {
+        return Err(format!("file is {file_len} bytes, too short for the 8-byte header length"));
+    }
+    let n = u64::from_le_bytes(prefix[..8].try_into().expect("8 bytes"));
+    if n > MAX_HEADER_LEN {
+        return Err(format!("header length {n} exceeds the limit of {MAX_HEADER_LEN} bytes"));
+    }
+    if n > file_len - 8 {
+        return Err(format!(
+            "header length {n} runs past the end of the file ({} bytes after the length prefix)",
+            file_len - 8
+        ));
+    }
+    Ok(n as usize)
+}
+
+/// Parses and validates a header. `json` is the header text, `file_len` the whole file's size.
+pub fn parse_header(json: &[u8], file_len: u64) -> Result<Header, String> {
+    let data_start = 8 + json.len();
+    let data_len = (file_len as usize)
+        .checked_sub(data_start)
+        .ok_or("header runs past the end of the file")?;
+    let text = std::str::from_utf8(json).map_err(|e| format!("header is not UTF-8: {e}"))?;
+    // The writer pads with spaces; trailing whitespace is fine for serde_json.
+    let root: Value = serde_json::from_str(text).map_err(|e| format!("header is not valid JSON: {e}"))?;
+    let obj = root.as_object().ok_or("header is not a JSON object")?;
+    let mut header = Header {
+        data_start,
+        ..Header::default()
+    };
+    for (name, entry) in obj {
+        if name == "__metadata__" {
+            let m = entry.as_object().ok_or("__metadata__ is not an object")?;
+            for (k, v) in m {
+                let s = v.as_str().ok_or_else(|| format!("__metadata__ value for \"{k}\" is not a string"))?;
+                header.metadata.insert(k.clone(), s.to_string());
+            }
+            continue;
+        }
+        let e = entry.as_object().ok_or_else(|| format!("tensor \"{name}\": entry is not an object"))?;
+        let dtype = e
+            .get("dtype")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("tensor \"{name}\": missing dtype"))?;
+        let size = dtype_size(dtype).ok_or_else(|| format!("tensor \"{name}\": unknown dtype \"{dtype}\""))?;
+        let shape: Vec<usize> = e
+            .get("shape")
+            .and_then(Value::as_array)
+            .ok_or_else(|| format!("tensor \"{name}\": missing shape"))?
+            .iter()
+            .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+            .collect::<Option<_>>()
+            .ok_or_else(|| format!("tensor \"{name}\": shape must be a list of non-negative integers"))?;
+        let offsets = e
+            .get("data_offsets")
+            .and_then(Value::as_array)
+            .filter(|a| a.len() == 2)
+            .ok_or_else(|| format!("tensor \"{name}\": data_offsets must be [begin, end]"))?;
+        let (begin, end) = match (offsets[0].as_u64(), offsets[1].as_u64()) {
+            (Some(b), Some(e)) => (b, e),
+            _ => return Err(format!("tensor \"{name}\": data_offsets must be non-negative integers")),
+        };
+        if begin > end || end > data_len as u64 {
+            return Err(format!(
+                "tensor \"{name}\": data_offsets [{begin}, {end}] lie outside the data section of {data_len} bytes"
+            ));
+        }
+        let numel = shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| format!("tensor \"{name}\": shape {shape:?} overflows"))?;
+        let want = numel
+            .checked_mul(size)
+            .ok_or_else(|| format!("tensor \"{name}\": shape {shape:?} overflows"))?;
+        if (end - begin) as usize != want {
+            return Err(format!(
+                "tensor \"{name}\": {dtype} {shape:?} needs {want} bytes but data_offsets span {}",
+                end - begin
+            ));
+        }
+        header.tensors.insert(
+            name.clone(),
+            HeaderEntry {
+                dtype: dtype.to_string(),
+                shape,
+                file_range: data_start + begin as usize..data_start + end as usize,
+            },
+        );
+    }
+    let mut spans: Vec<(&String, &Range<usize>)> = header.tensors.iter().map(|(n, e)| (n, &e.file_range)).collect();
+    spans.sort_by_key(|(_, r)| (r.start, r.end));
+    for w in spans.windows(2) {
+        let ((a, ra), (b, rb)) = (w[0], w[1]);
+        if rb.start < ra.end && !ra.is_empty() && !rb.is_empty() {
+            return Err(format!("tensors \"{a}\" and \"{b}\" overlap in the data section"));
+        }
+    }
+    Ok(header)
+}
+
+/// Validates a whole in-memory safetensors file.
+pub fn parse_file_bytes(bytes: &[u8]) -> Result<Header, String> {
+    let n = header_len(bytes, bytes.len() as u64)?;
+    parse_header(&bytes[8..8 + n], bytes.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn file(header: &str, data_len: usize) -> Vec<u8> {
+        let mut v = (header.len() as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(header.as_bytes());
+        v.resize(v.len() + data_len, 0);
+        v
+    }
+
+    #[test]
+    fn accepts_a_valid_file() {
+        let h = parse_file_bytes(&file(
+            r#"{"__metadata__":{"format":"pt"},"a":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]},"b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}}"#,
+            16,
+        ))
+        .unwrap();
+        assert_eq!(h.tensors["a"].shape, vec![2, 3]);
+        assert_eq!(h.metadata["format"], "pt");
+        assert_eq!(h.tensors["b"].file_range.len(), 4);
+    }
+
+    #[test]
+    fn rejects_bad_headers_with_reasons() {
+        let cases = [
+            (r#"{"a":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,10]}}"#, 16, "needs 12 bytes"),
+            (r#"{"a":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}}"#, 16, "outside the data section"),
+            (
+                r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#,
+                16,
+                "overlap",
+            ),
+            (r#"{"a":{"dtype":"Q9","shape":[2],"data_offsets":[0,2]}}"#, 16, "unknown dtype"),
+            (r#"{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}"#, 16, "non-negative"),
+            (r#"{"a":1}"#, 0, "not an object"),
+            (r#"[1,2]"#, 0, "not a JSON object"),
+            (r#"{"a":"#, 0, "not valid JSON"),
+            (
+                r#"{"a":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,4]}}"#,
+                16,
+                "overflows",
+            ),
+        ];
+        for (h, data, want) in cases {
+            let err = parse_file_bytes(&file(h, data)).unwrap_err();
+            assert!(err.contains(want), "{h}: got {err:?}, wanted {want:?}");
+        }
+    }
+
+    #[test]
+    fn rejects_truncated_and_oversized_lengths() {
+        assert!(parse_file_bytes(&[1, 2, 3]).unwrap_err().contains("too short"));
+        let mut v = 1000u64.to_le_bytes().to_vec();
+        v.extend_from_slice(b"{}");
+        assert!(parse_file_bytes(&v).unwrap_err().contains("past the end"));
+        let v = u64::MAX.to_le_bytes().to_vec();
+        assert!(parse_file_bytes(&v).unwrap_err().contains("exceeds the limit"));
+    }
+
+    proptest! {
+        /// Arbitrary bytes never panic the parser, and whatever it accepts is in bounds.
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            if let Ok(h) = parse_file_bytes(&bytes) {
+                for e in h.tensors.values() {
+                    prop_assert!(e.file_range.end <= bytes.len());
+                }
+            }
+        }
+
+        /// Mutating one byte of a valid header never panics and never yields out-of-bounds ranges.
+        #[test]
+        fn mutated_headers_stay_in_bounds(pos in 0usize..120, byte in any::<u8>()) {
+            let mut f = file(r#"{"a":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]},"b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}}"#, 16);
+            let pos = pos % f.len();
+            f[pos] = byte;
+            if let Ok(h) = parse_file_bytes(&f) {
+                for e in h.tensors.values() {
+                    prop_assert!(e.file_range.end <= f.len());
+                    prop_assert!(e.file_range.start <= e.file_range.end);
+                }
+            }
+        }
+    }
+}

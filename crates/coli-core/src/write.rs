@@ -1,0 +1,135 @@
+//! Writing files so that a reader never sees half of one.
+//!
+//! Every writer uses a temp name unique to its process, thread and call, fsyncs,
+//! then renames over the destination; on failure the temp file is removed.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::dtype::DType;
+use crate::error::{CoreError, Result};
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A temp path beside `dest`, unique per process, thread and call.
+pub fn temp_path_for(dest: &Path) -> PathBuf {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tid = format!("{:?}", std::thread::current().id());
+    let tid: String = tid.chars().filter(char::is_ascii_digit).collect();
+    let name = dest.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    dest.with_file_name(format!(".{name}.tmp-{}-{tid}-{n}", std::process::id()))
+}
+
+/// Writes a file atomically: `fill` writes the content into a temp file, which is
+/// fsynced and renamed over `dest`. The temp file is removed if anything fails.
+pub fn write_atomic(dest: &Path, fill: impl FnOnce(&mut std::io::BufWriter<&File>) -> std::io::Result<()>) -> Result<()> {
+    let tmp = temp_path_for(dest);
+    let result = (|| -> std::io::Result<()> {
+        let file = File::create(&tmp)?;
+        {
+            let mut w = std::io::BufWriter::new(&file);
+            fill(&mut w)?;
+            w.flush()?;
+        }
+        file.sync_all()?;
+        std::fs::rename(&tmp, dest)?;
+        if let Some(parent) = dest.parent() {
+            if let Ok(d) = File::open(parent) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(())
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        CoreError::io(dest, e)
+    })
+}
+
+/// One tensor to write: dtype, shape and little-endian bytes.
+pub struct TensorData {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Little-endian bytes, `shape.product() * dtype.size()` of them.
+    pub bytes: Vec<u8>,
+}
+
+/// Serializes tensors (sorted by name) and metadata as a safetensors file, atomically.
+pub fn write_safetensors(dest: &Path, tensors: &BTreeMap<String, TensorData>, metadata: &BTreeMap<String, String>) -> Result<()> {
+    let mut header = serde_json::Map::new();
+    if !metadata.is_empty() {
+        header.insert("__metadata__".into(), serde_json::to_value(metadata).expect("string map"));
+    }
+    let mut offset = 0usize;
+    for (name, t) in tensors {
+        let want = t.shape.iter().product::<usize>() * t.dtype.size();
+        assert_eq!(want, t.bytes.len(), "tensor {name}: shape {:?} vs {} bytes", t.shape, t.bytes.len());
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": t.dtype.safetensors_name(), "shape": t.shape, "data_offsets": [offset, offset + want]}),
+        );
+        offset += want;
+    }
+    let mut json = serde_json::to_string(&header).expect("header serializes").into_bytes();
+    // Pad so the data section starts 8-byte aligned, as the reference writer does.
+    while (8 + json.len()) % 8 != 0 {
+        json.push(b' ');
+    }
+    write_atomic(dest, |w| {
+        w.write_all(&(json.len() as u64).to_le_bytes())?;
+        w.write_all(&json)?;
+        for t in tensors.values() {
+            w.write_all(&t.bytes)?;
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::safetensors_header::parse_file_bytes;
+
+    #[test]
+    fn written_file_round_trips_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("m.safetensors");
+        let mut t = BTreeMap::new();
+        t.insert(
+            "w".to_string(),
+            TensorData {
+                dtype: DType::F32,
+                shape: vec![2],
+                bytes: [1.5f32, -2.0].iter().flat_map(|x| x.to_le_bytes()).collect(),
+            },
+        );
+        let mut meta = BTreeMap::new();
+        meta.insert("format".to_string(), "pt".to_string());
+        write_safetensors(&dest, &t, &meta).unwrap();
+        let bytes = std::fs::read(&dest).unwrap();
+        let h = parse_file_bytes(&bytes).unwrap();
+        assert_eq!(h.data_start % 8, 0);
+        let r = h.tensors["w"].file_range.clone();
+        assert_eq!(DType::F32.to_f32_vec(&bytes[r]), vec![1.5, -2.0]);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn failed_write_removes_temp_and_keeps_old_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("x");
+        std::fs::write(&dest, b"old").unwrap();
+        let r = write_atomic(&dest, |w| {
+            w.write_all(b"partial")?;
+            Err(std::io::Error::other("boom"))
+        });
+        assert!(r.is_err());
+        assert_eq!(std::fs::read(&dest).unwrap(), b"old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

@@ -1,0 +1,144 @@
+//! Weight matrix × activations, parallel over output rows.
+//!
+//! Tiling is over rows (4 at a time share the activation loads) and tokens;
+//! the inner sum of every output is exactly [`crate::dot::dot_scalar`]'s order,
+//! so a batch of tokens gives the same bits as the tokens one at a time, and the
+//! thread count never changes a result.
+
+use rayon::prelude::*;
+
+use crate::cpu::{self, Isa};
+use crate::dot::{dot_rows, WFormat};
+
+/// A row-major weight matrix `[rows, cols]` in its stored format.
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef<'a> {
+    /// Element format.
+    pub fmt: WFormat,
+    /// `rows * cols * fmt.size()` little-endian bytes.
+    pub bytes: &'a [u8],
+    /// Output dimension.
+    pub rows: usize,
+    /// Input dimension.
+    pub cols: usize,
+}
+
+impl<'a> MatRef<'a> {
+    /// Wraps bytes, checking the size.
+    pub fn new(fmt: WFormat, bytes: &'a [u8], rows: usize, cols: usize) -> MatRef<'a> {
+        assert_eq!(bytes.len(), rows * cols * fmt.size(), "MatRef: {rows}x{cols} {fmt:?} vs {} bytes", bytes.len());
+        MatRef { fmt, bytes, rows, cols }
+    }
+
+    /// Row `r`'s bytes.
+    #[inline]
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        let w = self.cols * self.fmt.size();
+        &self.bytes[r * w..(r + 1) * w]
+    }
+}
+
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: every task writes a disjoint set of output elements (its own rows).
+unsafe impl Send for OutPtr {}
+// SAFETY: as above; the pointer is only used to write disjoint elements.
+unsafe impl Sync for OutPtr {}
+
+/// Computes rows `r0..r1` of `out[t * m.rows + r] = m.row(r) · xs[t]` for every token `t`.
+fn rows_block(isa: Isa, m: &MatRef, xs: &[f32], n_tok: usize, r0: usize, r1: usize, out: OutPtr) {
+    let k = m.cols;
+    let mut r = r0;
+    while r + 4 <= r1 {
+        let rows = [m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)];
+        for t in 0..n_tok {
+            let v = dot_rows(isa, m.fmt, rows, &xs[t * k..(t + 1) * k]);
+            for (j, val) in v.into_iter().enumerate() {
+                // SAFETY: t < n_tok and r + j < m.rows, inside `out`; rows r0..r1 belong to this task only.
+                unsafe { *out.0.add(t * m.rows + r + j) = val };
+            }
+        }
+        r += 4;
+    }
+    while r < r1 {
+        let row = [m.row(r)];
+        for t in 0..n_tok {
+            let v = dot_rows(isa, m.fmt, row, &xs[t * k..(t + 1) * k])[0];
+            // SAFETY: as above.
+            unsafe { *out.0.add(t * m.rows + r) = v };
+        }
+        r += 1;
+    }
+}
+
+fn check(m: &MatRef, xs: &[f32], n_tok: usize, out: &[f32]) {
+    assert_eq!(xs.len(), n_tok * m.cols, "matmul: activations are not n_tok x cols");
+    assert_eq!(out.len(), n_tok * m.rows, "matmul: output is not n_tok x rows");
+}
+
+/// `out[t, r] = m[r] · xs[t]` for `n_tok` tokens (`xs` is `[n_tok, cols]`, `out` `[n_tok, rows]`),
+/// parallel over rows on the current rayon pool, on the given instruction set.
+pub fn matmul_isa(isa: Isa, m: &MatRef, xs: &[f32], n_tok: usize, out: &mut [f32]) {
+    check(m, xs, n_tok, out);
+    let threads = rayon::current_num_threads();
+    let ptr = OutPtr(out.as_mut_ptr());
+    // Enough blocks to balance, each at least 16 rows and a multiple of 4.
+    let block = (m.rows.div_ceil(threads * 8)).max(16).next_multiple_of(4);
+    if threads == 1 || m.rows <= block {
+        rows_block(isa, m, xs, n_tok, 0, m.rows, ptr);
+        return;
+    }
+    let n_blocks = m.rows.div_ceil(block);
+    (0..n_blocks).into_par_iter().for_each(|b| {
+        let r0 = b * block;
+        rows_block(isa, m, xs, n_tok, r0, (r0 + block).min(m.rows), ptr);
+    });
+}
+
+/// [`matmul_isa`] on the best instruction set.
+pub fn matmul(m: &MatRef, xs: &[f32], n_tok: usize, out: &mut [f32]) {
+    matmul_isa(cpu::best(), m, xs, n_tok, out)
+}
+
+/// The plain reference: one row, one token at a time, scalar, serial.
+pub fn matmul_reference(m: &MatRef, xs: &[f32], n_tok: usize, out: &mut [f32]) {
+    check(m, xs, n_tok, out);
+    for t in 0..n_tok {
+        for r in 0..m.rows {
+            out[t * m.rows + r] = crate::dot::dot_scalar(m.fmt, m.row(r), &xs[t * m.cols..(t + 1) * m.cols]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(60))]
+        /// Batched, parallel, SIMD == one token at a time, serial, scalar; for any thread count.
+        #[test]
+        fn matmul_equals_reference(rows in 1usize..70, cols in 1usize..90, n_tok in 1usize..6, seed in any::<u64>(), threads in 1usize..4) {
+            let mut s = seed | 1;
+            let mut rnd = move || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5 };
+            let w: Vec<u8> = (0..rows * cols).flat_map(|_| half::bf16::from_f32(rnd()).to_bits().to_le_bytes()).collect();
+            let xs: Vec<f32> = (0..n_tok * cols).map(|_| rnd()).collect();
+            let m = MatRef::new(WFormat::BF16, &w, rows, cols);
+            let mut want = vec![0.0; n_tok * rows];
+            matmul_reference(&m, &xs, n_tok, &mut want);
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            for isa in cpu::available() {
+                let mut got = vec![0.0; n_tok * rows];
+                pool.install(|| matmul_isa(isa, &m, &xs, n_tok, &mut got));
+                prop_assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+                // One token at a time gives the same bits as the batch.
+                for t in 0..n_tok {
+                    let mut one = vec![0.0; rows];
+                    pool.install(|| matmul_isa(isa, &m, &xs[t * cols..(t + 1) * cols], 1, &mut one));
+                    prop_assert_eq!(one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want[t * rows..(t + 1) * rows].iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! RMSNorm and SwiGLU.
+
+use crate::dot::{dot_rows, dot_scalar, WFormat};
+use crate::cpu::{self, Isa};
+
+/// RMSNorm of one row on the given instruction set:
+/// `out = weight * (x * 1/sqrt(mean(x²) + eps))`, the order `transformers` uses.
+pub fn rms_norm_isa(isa: Isa, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    assert_eq!(x.len(), weight.len());
+    assert_eq!(x.len(), out.len());
+    let bytes = crate::dot::bytemuck_f32(x);
+    let ss = match isa {
+        Isa::Scalar => dot_scalar(WFormat::F32, bytes, x),
+        _ => dot_rows(isa, WFormat::F32, [bytes], x)[0],
+    };
+    let inv = 1.0 / (ss / x.len() as f32 + eps).sqrt();
+    for ((o, &xi), &w) in out.iter_mut().zip(x).zip(weight) {
+        *o = w * (xi * inv);
+    }
+}
+
+/// RMSNorm of one row on the best instruction set.
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    rms_norm_isa(cpu::best(), x, weight, eps, out)
+}
+
+/// RMSNorm in place.
+pub fn rms_norm_inplace(x: &mut [f32], weight: &[f32], eps: f32) {
+    assert_eq!(x.len(), weight.len());
+    let bytes = crate::dot::bytemuck_f32(x);
+    let ss = dot_rows(cpu::best(), WFormat::F32, [bytes], x)[0];
+    let inv = 1.0 / (ss / x.len() as f32 + eps).sqrt();
+    for (xi, &w) in x.iter_mut().zip(weight) {
+        *xi = w * (*xi * inv);
+    }
+}
+
+/// SiLU: `x * sigmoid(x)` computed as `x / (1 + e^-x)`.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// SwiGLU in place: `gate[i] = silu(gate[i]) * up[i]`.
+pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len());
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = silu(*g) * u;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_matches_definition_and_isas_agree() {
+        let x: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let w: Vec<f32> = (0..50).map(|i| 1.0 + i as f32 * 0.01).collect();
+        let mean_sq = x.iter().map(|v| (*v as f64) * (*v as f64)).sum::<f64>() / 50.0;
+        let mut want = vec![0.0; 50];
+        rms_norm_isa(Isa::Scalar, &x, &w, 1e-6, &mut want);
+        for i in 0..50 {
+            let exact = w[i] as f64 * x[i] as f64 / (mean_sq + 1e-6).sqrt();
+            assert!((want[i] as f64 - exact).abs() < 1e-5, "{i}");
+        }
+        for isa in cpu::available() {
+            let mut got = vec![0.0; 50];
+            rms_norm_isa(isa, &x, &w, 1e-6, &mut got);
+            assert_eq!(got, want, "{isa:?}");
+        }
+        let mut inplace = x.clone();
+        rms_norm_inplace(&mut inplace, &w, 1e-6);
+        let mut best = vec![0.0; 50];
+        rms_norm(&x, &w, 1e-6, &mut best);
+        assert_eq!(inplace, best);
+    }
+
+    #[test]
+    fn silu_values() {
+        assert_eq!(silu(0.0), 0.0);
+        assert!((silu(1.0) - 0.731_058_6).abs() < 1e-6);
+        assert!((silu(-20.0) + 4.122_307e-8).abs() < 1e-12);
+    }
+}

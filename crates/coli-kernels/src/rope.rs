@@ -1,0 +1,181 @@
+//! Rotary position embeddings.
+//!
+//! The frequency table `inv_freq` depends only on (rotary dim, θ, scaling) and is
+//! computed once ([`RopeTable::new`]); per position only `cos`/`sin` are
+//! evaluated. Both layouts are supported: half-split (`transformers`'
+//! `rotate_half`, pairs `(i, i + d/2)`) and interleaved (pairs `(2i, 2i + 1)`).
+
+use coli_core::RopeScaling;
+
+/// Which elements of a head are rotated together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Pairs `(i, i + d/2)`.
+    HalfSplit,
+    /// Pairs `(2i, 2i + 1)`.
+    Interleaved,
+}
+
+/// The frequency table of one (rotary dim, θ, scaling).
+#[derive(Clone, Debug)]
+pub struct RopeTable {
+    rot_dim: usize,
+    inv_freq: Vec<f32>,
+}
+
+/// Computes `inv_freq` as `transformers` does, in f32: `1 / θ^(2i/d)`, then the scaling rule.
+pub fn compute_inv_freq(rot_dim: usize, theta: f64, scaling: &RopeScaling) -> Vec<f32> {
+    assert!(rot_dim % 2 == 0 && rot_dim > 0, "rotary dim must be even and positive, got {rot_dim}");
+    let base = theta as f32;
+    let mut inv: Vec<f32> = (0..rot_dim / 2)
+        .map(|i| 1.0 / base.powf((2 * i) as f32 / rot_dim as f32))
+        .collect();
+    match *scaling {
+        RopeScaling::None => {}
+        RopeScaling::Linear { factor } => {
+            for f in &mut inv {
+                *f /= factor as f32;
+            }
+        }
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => {
+            let (factor, lo, hi, old) = (
+                factor as f32,
+                low_freq_factor as f32,
+                high_freq_factor as f32,
+                original_max_position_embeddings as f32,
+            );
+            let low_freq_wavelen = old / lo;
+            let high_freq_wavelen = old / hi;
+            for f in &mut inv {
+                let wavelen = 2.0 * std::f32::consts::PI / *f;
+                let scaled = if wavelen > low_freq_wavelen { *f / factor } else { *f };
+                let medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+                *f = if medium {
+                    let smooth = (old / wavelen - lo) / (hi - lo);
+                    (1.0 - smooth) * scaled / factor + smooth * scaled
+                } else {
+                    scaled
+                };
+            }
+        }
+    }
+    inv
+}
+
+/// `cos`/`sin` of `pos * inv_freq[i]` (the product rounded to f32 first, as `transformers` does).
+pub fn cos_sin_from(inv_freq: &[f32], pos: usize, cos: &mut [f32], sin: &mut [f32]) {
+    let p = pos as f32;
+    for ((c, s), &f) in cos.iter_mut().zip(sin.iter_mut()).zip(inv_freq) {
+        let a = p * f;
+        *c = a.cos();
+        *s = a.sin();
+    }
+}
+
+impl RopeTable {
+    /// Builds the table once.
+    pub fn new(rot_dim: usize, theta: f64, scaling: &RopeScaling) -> RopeTable {
+        RopeTable {
+            rot_dim,
+            inv_freq: compute_inv_freq(rot_dim, theta, scaling),
+        }
+    }
+
+    /// The rotary dimension (elements rotated per head).
+    pub fn rot_dim(&self) -> usize {
+        self.rot_dim
+    }
+
+    /// The cached frequencies.
+    pub fn inv_freq(&self) -> &[f32] {
+        &self.inv_freq
+    }
+
+    /// `cos`/`sin` for a position (each `rot_dim / 2` long).
+    pub fn cos_sin(&self, pos: usize, cos: &mut [f32], sin: &mut [f32]) {
+        cos_sin_from(&self.inv_freq, pos, cos, sin)
+    }
+}
+
+/// Rotates the first `2 * cos.len()` elements of one head in place.
+pub fn apply(layout: RopeLayout, x: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let half = cos.len();
+    match layout {
+        RopeLayout::HalfSplit => {
+            for i in 0..half {
+                let (a, b) = (x[i], x[i + half]);
+                x[i] = a * cos[i] - b * sin[i];
+                x[i + half] = b * cos[i] + a * sin[i];
+            }
+        }
+        RopeLayout::Interleaved => {
+            for i in 0..half {
+                let (a, b) = (x[2 * i], x[2 * i + 1]);
+                x[2 * i] = a * cos[i] - b * sin[i];
+                x[2 * i + 1] = b * cos[i] + a * sin[i];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_frequencies_follow_the_formula() {
+        let inv = compute_inv_freq(8, 10000.0, &RopeScaling::None);
+        for (i, f) in inv.iter().enumerate() {
+            let want = 1.0 / 10000f64.powf(2.0 * i as f64 / 8.0);
+            assert!(((*f as f64) - want).abs() / want < 1e-6);
+        }
+    }
+
+    #[test]
+    fn llama3_keeps_high_and_divides_low_frequencies() {
+        let s = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 64.0,
+        };
+        let plain = compute_inv_freq(16, 10000.0, &RopeScaling::None);
+        let scaled = compute_inv_freq(16, 10000.0, &s);
+        // wavelength 2π/f: < 16 kept, > 64 divided by 8, between smoothly interpolated.
+        for (p, q) in plain.iter().zip(&scaled) {
+            let wl = 2.0 * std::f32::consts::PI / p;
+            if wl < 16.0 {
+                assert_eq!(p, q);
+            } else if wl > 64.0 {
+                assert_eq!(*q, p / 8.0);
+            } else {
+                assert!(*q < *p && *q > p / 8.0);
+            }
+        }
+    }
+
+    #[test]
+    fn rotation_preserves_norm_and_layouts_agree_up_to_permutation() {
+        let t = RopeTable::new(8, 10000.0, &RopeScaling::None);
+        let (mut c, mut s) = (vec![0.0; 4], vec![0.0; 4]);
+        t.cos_sin(7, &mut c, &mut s);
+        let x: Vec<f32> = (0..8).map(|i| i as f32 - 3.5).collect();
+        let mut h = x.clone();
+        apply(RopeLayout::HalfSplit, &mut h, &c, &s);
+        let n0: f32 = x.iter().map(|v| v * v).sum();
+        let n1: f32 = h.iter().map(|v| v * v).sum();
+        assert!((n0 - n1).abs() < 1e-4);
+        // Interleave x, rotate interleaved, de-interleave: same as half-split.
+        let mut il: Vec<f32> = (0..4).flat_map(|i| [x[i], x[i + 4]]).collect();
+        apply(RopeLayout::Interleaved, &mut il, &c, &s);
+        for i in 0..4 {
+            assert_eq!(il[2 * i], h[i]);
+            assert_eq!(il[2 * i + 1], h[i + 4]);
+        }
+    }
+}
