@@ -1,1 +1,295 @@
-fn main() {}
+//! `coli`: run Mixture-of-Experts models larger than RAM. A thin layer over coli-models.
+
+mod demo;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Args, Parser, Subcommand};
+use coli_models::tokenizer::ChatMessage;
+use coli_models::{registry, Sampler, SamplingParams, Session, TextTokenizer};
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(name = "coli", version, about = "Run huge Mixture-of-Experts models on ordinary machines, token-exact.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt (streams to stdout).
+    Run(RunArgs),
+    /// Teacher-forced forward over a token sequence: per-position argmax and NLL.
+    Eval(EvalArgs),
+    /// List supported model types, or describe a model.
+    Info(InfoArgs),
+    /// Convert a Llama-architecture GGUF file into a model directory (bf16 safetensors).
+    ImportGguf(ImportArgs),
+}
+
+#[derive(Args)]
+struct ModelArg {
+    /// Model directory (Hugging Face layout). Default: $COLI_MODEL, else the demo model.
+    #[arg(long, env = "COLI_MODEL")]
+    model: Option<PathBuf>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    m: ModelArg,
+    /// Prompt text.
+    #[arg(long, conflicts_with = "prompt_ids")]
+    prompt: Option<String>,
+    /// Prompt as comma-separated token ids (needs no tokenizer).
+    #[arg(long, value_delimiter = ',')]
+    prompt_ids: Option<Vec<u32>>,
+    /// Wrap the prompt in the model's chat template as a user message.
+    #[arg(long)]
+    chat: bool,
+    /// Maximum new tokens.
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Nucleus sampling mass.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Keep only the K most likely tokens (0 = off).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// RNG seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print a JSON summary as the last line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct EvalArgs {
+    #[command(flatten)]
+    m: ModelArg,
+    /// Token ids, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    ids: Vec<u32>,
+    /// Write the logits (little-endian f32, positions x vocab) here.
+    #[arg(long)]
+    logits_out: Option<PathBuf>,
+    /// Print a JSON summary as the last line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct InfoArgs {
+    /// Model directory to describe.
+    #[arg(long)]
+    model: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ImportArgs {
+    /// The GGUF file.
+    #[arg(long)]
+    gguf: PathBuf,
+    /// Output directory (must not exist).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// A progress reporter for long work, drawn on stderr when it is a terminal.
+pub fn progress_bar(label: &'static str) -> impl FnMut(usize, usize) {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    move |done, total| {
+        if tty {
+            eprint!("\r{label}: {done}/{total}");
+            if done == total {
+                eprintln!();
+            }
+        } else if done == total {
+            eprintln!("{label}: {done}/{total} done");
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => cmd_run(a),
+        Command::Eval(a) => cmd_eval(a),
+        Command::Info(a) => cmd_info(a),
+        Command::ImportGguf(a) => coli_models::gguf_import::import_gguf(&a.gguf, &a.out, progress_bar("import")).map_err(|e| e.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("coli: error: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn setup_threads(threads: Option<usize>) -> Result<(), String> {
+    if let Some(n) = threads {
+        if n == 0 {
+            return Err("--threads must be at least 1".into());
+        }
+        rayon::ThreadPoolBuilder::new().num_threads(n).build_global().map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn model_dir(m: &ModelArg) -> Result<PathBuf, String> {
+    match &m.model {
+        Some(p) => Ok(p.clone()),
+        None => demo::ensure_demo_model(),
+    }
+}
+
+fn load(m: &ModelArg) -> Result<(PathBuf, coli_models::Transformer, f64), String> {
+    setup_threads(m.threads)?;
+    let dir = model_dir(m)?;
+    let t0 = Instant::now();
+    let model = registry::load(&dir).map_err(|e| e.to_string())?;
+    Ok((dir, model, t0.elapsed().as_secs_f64()))
+}
+
+fn cmd_run(a: RunArgs) -> Result<(), String> {
+    let (dir, model, load_s) = load(&a.m)?;
+    let tokenizer = if a.prompt_ids.is_some() && !dir.join("tokenizer.json").is_file() {
+        None
+    } else {
+        Some(TextTokenizer::load(&dir).map_err(|e| e.to_string())?)
+    };
+    let prompt_ids = match (&a.prompt_ids, &a.prompt) {
+        (Some(ids), _) => ids.clone(),
+        (None, prompt) => {
+            let tok = tokenizer.as_ref().expect("loaded above");
+            let text = prompt.clone().unwrap_or_else(|| "The capital of France is".into());
+            let text = if a.chat {
+                tok.apply_chat_template(&[ChatMessage { role: "user".into(), content: text }], true)
+                    .map_err(|e| e.to_string())?
+            } else {
+                text
+            };
+            tok.encode(&text).map_err(|e| e.to_string())?
+        }
+    };
+    let mut stop: Vec<u32> = model.info.eos_token_ids.clone();
+    if let Some(id) = tokenizer.as_ref().and_then(TextTokenizer::eos_id) {
+        if !stop.contains(&id) {
+            stop.push(id);
+        }
+    }
+    let mut session = Session::new(&model, prompt_ids.len() + a.max_tokens);
+    session.check_tokens(&prompt_ids).map_err(|e| e.to_string())?;
+    let mut sampler = Sampler::new(SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed });
+    let mut stream = tokenizer.as_ref().map(TextTokenizer::stream);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let g = session
+        .generate(&prompt_ids, a.max_tokens, &mut sampler, &stop, |id| {
+            if let Some(s) = stream.as_mut() {
+                if let Ok(piece) = s.push(id) {
+                    let _ = out.write_all(piece.as_bytes());
+                    let _ = out.flush();
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    let text = match &tokenizer {
+        Some(t) => t.decode(&g.generated_ids, true).map_err(|e| e.to_string())?,
+        None => String::new(),
+    };
+    let _ = writeln!(out);
+    let st = &g.stats;
+    if a.json {
+        let v = json!({
+            "prompt_ids": g.prompt_ids,
+            "generated_ids": g.generated_ids,
+            "text": text,
+            "finish_reason": g.finish_reason.as_str(),
+            "stats": {
+                "load_s": load_s,
+                "ttft_ms": st.ttft_s * 1e3,
+                "prefill_tok_s": st.prompt_tokens as f64 / st.prefill_s.max(1e-9),
+                "decode_tok_s": if st.decode_tokens > 0 { st.decode_tokens as f64 / st.decode_s.max(1e-9) } else { 0.0 },
+            }
+        });
+        let _ = writeln!(out, "{v}");
+    } else {
+        eprintln!(
+            "[{} prompt tokens, {} generated, finish={}, prefill {:.1} tok/s, decode {:.1} tok/s, load {:.2}s]",
+            st.prompt_tokens,
+            g.generated_ids.len(),
+            g.finish_reason.as_str(),
+            st.prompt_tokens as f64 / st.prefill_s.max(1e-9),
+            st.decode_tokens as f64 / st.decode_s.max(1e-9),
+            load_s
+        );
+    }
+    Ok(())
+}
+
+fn cmd_eval(a: EvalArgs) -> Result<(), String> {
+    let (_dir, model, _load_s) = load(&a.m)?;
+    let ids = &a.ids;
+    let vocab = model.info.vocab_size;
+    let mut session = Session::new(&model, ids.len());
+    let logits = session.forward(ids, true).map_err(|e| e.to_string())?;
+    let tf_pred: Vec<u32> = logits.chunks_exact(vocab).map(coli_models::sampling::argmax).collect();
+    let nll = if ids.len() > 1 {
+        let total: f64 = (0..ids.len() - 1)
+            .map(|p| {
+                let row = &logits[p * vocab..(p + 1) * vocab];
+                coli_models::sampling::log_sum_exp(row) - row[ids[p + 1] as usize] as f64
+            })
+            .sum();
+        total / (ids.len() - 1) as f64
+    } else {
+        0.0
+    };
+    if let Some(path) = &a.logits_out {
+        coli_core::write::write_atomic(path, |w| {
+            for v in logits {
+                w.write_all(&v.to_le_bytes())?;
+            }
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?;
+    }
+    let v = json!({"tf_pred": tf_pred, "nll": nll, "positions": ids.len(), "vocab_size": vocab});
+    if a.json {
+        println!("{v}");
+    } else {
+        println!("tf_pred: {tf_pred:?}\nnll: {nll:.6}");
+    }
+    Ok(())
+}
+
+
+fn cmd_info(a: InfoArgs) -> Result<(), String> {
+    match a.model {
+        None => {
+            println!("supported model types:");
+            for f in registry::FAMILIES {
+                println!("  {:<12} {} {:?}", f.model_types.join(", "), f.display_name, f.capabilities);
+            }
+        }
+        Some(dir) => {
+            let model = registry::load(&dir).map_err(|e| e.to_string())?;
+            println!("{:#?}", model.info);
+        }
+    }
+    Ok(())
+}

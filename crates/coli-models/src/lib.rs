@@ -1,1 +1,33 @@
-//! placeholder
+//! coli-models: from a model directory to tokens.
+//!
+//! * [`registry`]: the one descriptor table of families (`model_type` → loader).
+//! * [`llama`], [`olmoe`]: one file per family, each reading like the
+//!   `transformers` modeling file it mirrors; shared blocks live in [`decoder`].
+//! * [`session`]: KV cache, batched prefill, step-by-step decode, generation.
+//! * [`sampling`], [`tokenizer`] (with the chat template), [`gguf_import`].
+//!
+//! A downstream application needs only this crate:
+//! ```no_run
+//! let model = coli_models::load("path/to/model")?;
+//! let mut session = coli_models::Session::new(&model, 512);
+//! let logits = session.forward(&[1, 2, 3], false)?;
+//! # Ok::<(), coli_models::ModelError>(())
+//! ```
+
+pub mod decoder;
+pub mod error;
+pub mod gguf_import;
+pub mod llama;
+pub mod olmoe;
+pub mod registry;
+pub mod sampling;
+pub mod session;
+pub mod tokenizer;
+pub mod weights;
+
+pub use decoder::{ModelInfo, Transformer};
+pub use error::{ModelError, Result};
+pub use registry::{load, load_dir, Capability, FamilyDescriptor, FAMILIES};
+pub use sampling::{Sampler, SamplingParams};
+pub use session::{FinishReason, Generation, Session};
+pub use tokenizer::TextTokenizer;

@@ -1,0 +1,170 @@
+//! A conversation with a model: KV cache, batched prefill, step-by-step decode.
+
+use std::time::Instant;
+
+use crate::decoder::{KvCache, LogitsFor, PositionLoop, Scratch, Transformer};
+use crate::error::{ModelError, Result};
+use crate::sampling::Sampler;
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-sequence token was produced.
+    Stop,
+    /// `max_tokens` reached (or the context is full).
+    Length,
+}
+
+impl FinishReason {
+    /// The OpenAI-style spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// Timings of one generation.
+#[derive(Clone, Debug, Default)]
+pub struct GenStats {
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Seconds spent in the prompt's forward pass.
+    pub prefill_s: f64,
+    /// Seconds from the start until the first generated token was known.
+    pub ttft_s: f64,
+    /// Tokens produced by single-token decode steps.
+    pub decode_tokens: usize,
+    /// Seconds spent in those steps.
+    pub decode_s: f64,
+}
+
+/// The result of [`Session::generate`].
+#[derive(Clone, Debug)]
+pub struct Generation {
+    /// The prompt.
+    pub prompt_ids: Vec<u32>,
+    /// New tokens, including a final end-of-sequence token if one was produced.
+    pub generated_ids: Vec<u32>,
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Timings.
+    pub stats: GenStats,
+}
+
+/// A model plus its KV cache and reusable buffers.
+pub struct Session<'m> {
+    model: &'m Transformer,
+    kv: KvCache,
+    scratch: Scratch,
+    pos: usize,
+    /// How per-position RoPE and KV writes are scheduled (same bits either way).
+    pub positions: PositionLoop,
+}
+
+impl<'m> Session<'m> {
+    /// A session that can hold `capacity` positions. Everything decode needs is allocated here.
+    pub fn new(model: &'m Transformer, capacity: usize) -> Session<'m> {
+        let mut scratch = Scratch::default();
+        model.reserve(&mut scratch, 1, capacity, 1);
+        Session {
+            model,
+            kv: KvCache::new(&model.info, capacity),
+            scratch,
+            pos: 0,
+            positions: PositionLoop::Parallel,
+        }
+    }
+
+    /// Positions consumed so far.
+    pub fn len(&self) -> usize {
+        self.pos
+    }
+
+    /// Whether nothing has been fed yet.
+    pub fn is_empty(&self) -> bool {
+        self.pos == 0
+    }
+
+    /// Positions the session can hold.
+    pub fn capacity(&self) -> usize {
+        self.kv.capacity
+    }
+
+    /// Forgets the conversation (keeps the buffers).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    /// Checks ids against the vocabulary.
+    pub fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
+        let vocab_size = self.model.info.vocab_size;
+        match tokens.iter().find(|&&t| t as usize >= vocab_size) {
+            Some(&id) => Err(ModelError::TokenOutOfVocab { id, vocab_size }),
+            None => Ok(()),
+        }
+    }
+
+    /// Feeds `tokens` after what was fed before. Returns the logits of the last position
+    /// (`[vocab]`), or of every new position (`[n, vocab]`) when `all_logits`.
+    pub fn forward(&mut self, tokens: &[u32], all_logits: bool) -> Result<&[f32]> {
+        if tokens.is_empty() {
+            return Err(ModelError::EmptyPrompt);
+        }
+        self.check_tokens(tokens)?;
+        let needed = self.pos + tokens.len();
+        if needed > self.kv.capacity {
+            return Err(ModelError::ContextFull { needed, capacity: self.kv.capacity });
+        }
+        let mode = if all_logits { LogitsFor::All } else { LogitsFor::Last };
+        self.model.forward(tokens, self.pos, &mut self.kv, &mut self.scratch, mode, self.positions);
+        self.pos = needed;
+        let rows = if all_logits { tokens.len() } else { 1 };
+        Ok(&self.scratch.logits[..rows * self.model.info.vocab_size])
+    }
+
+    /// Prefills `prompt`, then samples up to `max_tokens` tokens, calling `on_token` for each.
+    /// Stops after a token in `stop_ids`.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampler: &mut Sampler,
+        stop_ids: &[u32],
+        mut on_token: impl FnMut(u32),
+    ) -> Result<Generation> {
+        let t0 = Instant::now();
+        let capacity = self.kv.capacity;
+        let mut next = sampler.sample(self.forward(prompt, false)?);
+        let mut stats = GenStats {
+            prompt_tokens: prompt.len(),
+            prefill_s: t0.elapsed().as_secs_f64(),
+            ..GenStats::default()
+        };
+        stats.ttft_s = t0.elapsed().as_secs_f64();
+        let mut generated = Vec::with_capacity(max_tokens);
+        let mut finish = FinishReason::Length;
+        let t1 = Instant::now();
+        while generated.len() < max_tokens {
+            generated.push(next);
+            on_token(next);
+            if stop_ids.contains(&next) {
+                finish = FinishReason::Stop;
+                break;
+            }
+            if generated.len() == max_tokens || self.pos >= capacity {
+                break;
+            }
+            next = sampler.sample(self.forward(&[next], false)?);
+            stats.decode_tokens += 1;
+        }
+        stats.decode_s = t1.elapsed().as_secs_f64();
+        Ok(Generation {
+            prompt_ids: prompt.to_vec(),
+            generated_ids: generated,
+            finish_reason: finish,
+            stats,
+        })
+    }
+}

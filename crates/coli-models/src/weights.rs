@@ -1,0 +1,80 @@
+//! Loading weights by name, checking shape and dtype once at load time.
+
+use coli_core::{DType, ModelDir, TensorView};
+use coli_kernels::{matmul::matmul, MatRef, WFormat};
+
+use crate::error::Result;
+
+/// The kernel format of a stored dtype.
+pub fn wformat(d: DType) -> WFormat {
+    match d {
+        DType::F32 => WFormat::F32,
+        DType::BF16 => WFormat::BF16,
+        DType::F16 => WFormat::F16,
+    }
+}
+
+/// A linear layer `y = W x (+ b)` with `W` stored `[rows, cols]`, read in place from the mapping.
+#[derive(Clone, Debug)]
+pub struct Linear {
+    view: TensorView,
+    fmt: WFormat,
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    bias: Option<Vec<f32>>,
+}
+
+impl Linear {
+    /// Loads `name` (the full tensor name), checking shape `[rows, cols]`.
+    pub fn load(dir: &ModelDir, name: &str, rows: usize, cols: usize) -> Result<Linear> {
+        let view = dir.tensor_shaped(name, &[rows, cols])?;
+        let fmt = wformat(view.dtype()?);
+        Ok(Linear { view, fmt, rows, cols, bias: None })
+    }
+
+    /// Loads `{prefix}.weight` and, if `bias`, `{prefix}.bias`.
+    pub fn load_prefixed(dir: &ModelDir, prefix: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear> {
+        let mut l = Linear::load(dir, &format!("{prefix}.weight"), rows, cols)?;
+        if bias {
+            l.bias = Some(load_vector(dir, &format!("{prefix}.bias"), rows)?);
+        }
+        Ok(l)
+    }
+
+    /// The weight as a kernel matrix.
+    pub fn mat(&self) -> MatRef<'_> {
+        MatRef::new(self.fmt, self.view.bytes(), self.rows, self.cols)
+    }
+
+    /// `out[t] = W xs[t] + b` for `n` tokens.
+    pub fn forward(&self, xs: &[f32], n: usize, out: &mut [f32]) {
+        matmul(&self.mat(), xs, n, out);
+        if let Some(b) = &self.bias {
+            for row in out.chunks_exact_mut(self.rows) {
+                for (o, &bi) in row.iter_mut().zip(b) {
+                    *o += bi;
+                }
+            }
+        }
+    }
+
+    /// Row `r` of the weight converted to f32 (embedding lookup).
+    pub fn row_f32(&self, r: usize, out: &mut [f32]) {
+        let m = self.mat();
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = self.fmt.load(m.row(r), i);
+        }
+    }
+}
+
+/// Loads a 1-D tensor (norm weights, biases) as f32, checking its length.
+pub fn load_vector(dir: &ModelDir, name: &str, len: usize) -> Result<Vec<f32>> {
+    Ok(dir.tensor_shaped(name, &[len])?.to_f32_vec()?)
+}
+
+/// Loads a tensor view with a checked shape.
+pub fn load_view(dir: &ModelDir, name: &str, shape: &[usize]) -> Result<TensorView> {
+    Ok(dir.tensor_shaped(name, shape)?)
+}
