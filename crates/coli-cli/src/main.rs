@@ -124,12 +124,21 @@ pub fn progress_bar(label: &'static str) -> impl FnMut(usize, usize) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Run(a) => cmd_run(a),
-        Command::Eval(a) => cmd_eval(a),
-        Command::Info(a) => cmd_info(a),
-        Command::ImportGguf(a) => coli_models::gguf_import::import_gguf(&a.gguf, &a.out, progress_bar("import")).map_err(|e| e.to_string()),
+    let threads = match &cli.command {
+        Command::Run(a) => a.m.threads,
+        Command::Eval(a) => a.m.threads,
+        _ => None,
     };
+    // All work runs on a worker of one pool: its parallel loops then use the workers' own
+    // queues and the decode loop allocates nothing per token.
+    let result = build_pool(threads).and_then(|pool| {
+        pool.install(|| match cli.command {
+            Command::Run(a) => cmd_run(a),
+            Command::Eval(a) => cmd_eval(a),
+            Command::Info(a) => cmd_info(a),
+            Command::ImportGguf(a) => coli_models::gguf_import::import_gguf(&a.gguf, &a.out, progress_bar("import")).map_err(|e| e.to_string()),
+        })
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
@@ -139,14 +148,15 @@ fn main() -> ExitCode {
     }
 }
 
-fn setup_threads(threads: Option<usize>) -> Result<(), String> {
+fn build_pool(threads: Option<usize>) -> Result<rayon::ThreadPool, String> {
+    let mut b = rayon::ThreadPoolBuilder::new();
     if let Some(n) = threads {
         if n == 0 {
             return Err("--threads must be at least 1".into());
         }
-        rayon::ThreadPoolBuilder::new().num_threads(n).build_global().map_err(|e| e.to_string())?;
+        b = b.num_threads(n);
     }
-    Ok(())
+    b.build().map_err(|e| e.to_string())
 }
 
 fn model_dir(m: &ModelArg) -> Result<PathBuf, String> {
@@ -157,7 +167,6 @@ fn model_dir(m: &ModelArg) -> Result<PathBuf, String> {
 }
 
 fn load(m: &ModelArg) -> Result<(PathBuf, coli_models::Transformer, f64), String> {
-    setup_threads(m.threads)?;
     let dir = model_dir(m)?;
     let t0 = Instant::now();
     let model = registry::load(&dir).map_err(|e| e.to_string())?;

@@ -28,6 +28,12 @@ pub fn available() -> Vec<Isa> {
     v
 }
 
+/// Whether `isa` runs on this CPU (cached; allocation-free).
+pub fn supports(isa: Isa) -> bool {
+    static AVAILABLE: OnceLock<Vec<Isa>> = OnceLock::new();
+    AVAILABLE.get_or_init(available).contains(&isa)
+}
+
 /// The best instruction set of this CPU, or `Scalar` if `COLI_ISA=scalar` is set.
 pub fn best() -> Isa {
     static BEST: OnceLock<Isa> = OnceLock::new();

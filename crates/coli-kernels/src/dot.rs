@@ -86,13 +86,13 @@ pub fn dot_rows<const R: usize>(isa: Isa, fmt: WFormat, rows: [&[u8]; R], x: &[f
         Isa::Scalar => rows.map(|r| dot_scalar(fmt, r, x)),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => {
-            assert!(crate::cpu::available().contains(&Isa::Avx2));
+            assert!(crate::cpu::supports(Isa::Avx2));
             // SAFETY: the CPU supports AVX2+FMA+F16C (checked above, cached by std); row lengths checked.
             unsafe { x86::dot_rows_avx2(fmt, rows, x) }
         }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => {
-            assert!(crate::cpu::available().contains(&Isa::Avx512));
+            assert!(crate::cpu::supports(Isa::Avx512));
             // SAFETY: the CPU supports AVX-512F and the AVX2 set (checked above); row lengths checked.
             unsafe { x86::dot_rows_avx512(fmt, rows, x) }
         }

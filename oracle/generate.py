@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Builds coli's oracle fixtures from Hugging Face `transformers`.
+
+For each family and configuration: a tiny random checkpoint of the real
+architecture (weights rounded to bf16, scaled so logits are decisive), saved
+with `save_pretrained`, plus reference ids and f32 logits computed by
+`transformers` in float32 with eager attention.
+
+    pip install -r oracle/requirements.txt
+    python oracle/generate.py tiny          # tests/fixtures/<name>/
+    python oracle/generate.py demo DIR      # tests/fixtures/demo/reference.json from coli's imported demo model
+
+Outputs are committed; the tests need no Python.
+"""
+import json
+import math
+import os
+import shutil
+import sys
+
+import numpy as np
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
+SEQ_LEN = 40
+GREEDY_PROMPT = 8
+GREEDY_NEW = 24
+
+
+def decisive_init(model, seed, gain):
+    """Random weights with 1/sqrt(fan_in) scale (times `gain` on the head), rounded to bf16."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                if name.endswith("bias"):
+                    v = 0.1 * torch.randn(p.shape, generator=g)
+                else:
+                    v = 1.0 + 0.2 * torch.randn(p.shape, generator=g)
+            elif "embed_tokens" in name:
+                v = torch.randn(p.shape, generator=g)
+            else:
+                v = torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1])
+                if "lm_head" in name:
+                    v = v * gain
+            p.copy_(v.to(torch.bfloat16).to(torch.float32))
+
+
+def reference(model, vocab, seed):
+    g = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(0, vocab, (1, SEQ_LEN), generator=g)
+    with torch.no_grad():
+        logits = model(ids).logits[0].float()
+        top2 = torch.topk(logits, 2, dim=-1).values
+        gen = model.generate(ids[:, :GREEDY_PROMPT], max_new_tokens=GREEDY_NEW, do_sample=False,
+                             min_new_tokens=GREEDY_NEW, pad_token_id=0, eos_token_id=None)
+    return {
+        "ids": ids[0].tolist(),
+        "tf_pred": logits.argmax(-1).tolist(),
+        "top2_margin": (top2[:, 0] - top2[:, 1]).tolist(),
+        "max_abs_logit": logits.abs().max(-1).values.tolist(),
+        "greedy_prompt": ids[0, :GREEDY_PROMPT].tolist(),
+        "greedy": gen[0, GREEDY_PROMPT:].tolist(),
+        "vocab_size": vocab,
+    }, logits.numpy().astype("<f4")
+
+
+def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, extra_tensor=False, **kw):
+    cfg = AutoConfig.for_model(model_type, **kw)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    decisive_init(model, seed, gain)
+    if cfg.tie_word_embeddings:
+        model.tie_weights()
+    ref, logits = reference(model, cfg.vocab_size, seed)
+    out = os.path.join(ROOT, name)
+    shutil.rmtree(out, ignore_errors=True)
+    model.to(torch.bfloat16).save_pretrained(out, max_shard_size=shard or "1GB", safe_serialization=True)
+    if new_rope_keys:
+        # transformers >= 5 spells RoPE settings as one `rope_parameters` object.
+        with open(os.path.join(out, "config.json")) as f:
+            c = json.load(f)
+        params = dict(c.pop("rope_scaling") or {})
+        params["rope_theta"] = c.pop("rope_theta")
+        params.setdefault("rope_type", "default")
+        c["rope_parameters"] = params
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(c, f, indent=2)
+    for junk in ("generation_config.json",):
+        p = os.path.join(out, junk)
+        if os.path.exists(p):
+            os.remove(p)
+    logits.tofile(os.path.join(out, "logits.bin"))
+    ref["name"] = name
+    ref["transformers"] = transformers.__version__
+    ref["torch"] = torch.__version__
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump(ref, f)
+    m = np.array(ref["top2_margin"]) / np.maximum(np.array(ref["max_abs_logit"]), 1e-9)
+    size = sum(os.path.getsize(os.path.join(out, x)) for x in os.listdir(out))
+    print(f"{name}: {size/1024:.0f} KiB, near-ties (margin < 1e-3 rel) {int((m < 1e-3).sum())}/{len(m)}, greedy {ref['greedy'][:8]}...")
+
+
+def tiny():
+    common = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, max_position_embeddings=256,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    build("llama_gqa", "llama", 11, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, **common)
+    build("llama_tied_mha", "llama", 12, num_attention_heads=4, num_key_value_heads=4, intermediate_size=96,
+          tie_word_embeddings=True, **common)
+    build("llama_llama3_rope", "llama", 13, num_attention_heads=4, num_key_value_heads=1, intermediate_size=128,
+          rope_theta=500000.0,
+          rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 32}, new_rope_keys=True, **common)
+    build("llama_sharded_headdim", "llama", 14, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+          intermediate_size=128, shard="60KB", **common)
+    build("olmoe_norm_topk", "olmoe", 21, num_attention_heads=4, num_key_value_heads=4, intermediate_size=32,
+          num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, **common)
+    build("olmoe_gqa_clip", "olmoe", 22, num_attention_heads=4, num_key_value_heads=2, intermediate_size=32,
+          num_experts=8, num_experts_per_tok=3, norm_topk_prob=False, clip_qkv=3.0, shard="100KB", **common)
+
+
+def demo(model_dir):
+    """Reference for the demo model: transformers on coli's imported bf16 weights (f32 compute)."""
+    from transformers import AutoTokenizer
+    out = os.path.join(ROOT, "demo")
+    os.makedirs(out, exist_ok=True)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="eager").eval()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    prompt = "The capital of France is"
+    prompt_ids = tok(prompt, add_special_tokens=False).input_ids
+    with torch.no_grad():
+        gen = model.generate(torch.tensor([prompt_ids]), max_new_tokens=32, do_sample=False, eos_token_id=None,
+                             pad_token_id=2)
+        seq = gen[0].tolist()
+        logits = model(gen).logits[0].float()
+        top2 = torch.topk(logits, 2, dim=-1).values
+    ref = {
+        "prompt": prompt,
+        "prompt_ids": prompt_ids,
+        "greedy_ids": seq[len(prompt_ids):],
+        "greedy_text": tok.decode(seq[len(prompt_ids):]),
+        "tf_ids": seq,
+        "tf_pred": logits.argmax(-1).tolist(),
+        "top2_margin": (top2[:, 0] - top2[:, 1]).tolist(),
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+    }
+    # Tokenizer cases: llama.cpp (the GGUF's own tokenizer) is the independent reference.
+    from llama_cpp import Llama
+    gguf = sys.argv[3] if len(sys.argv) > 3 else None
+    cases = ["The capital of France is", "Hello, world! 12345 numbers", "  leading spaces\n\nand\ttabs",
+             "<|im_start|>user\nHi<|im_end|>\n", "naïve café — ünïcödé 😀", "def f(x):\n    return x**2"]
+    if gguf:
+        llm = Llama(model_path=gguf, vocab_only=True, verbose=False)
+        ref["tokenizer_cases"] = [{"text": t, "ids": llm.tokenize(t.encode(), add_bos=False, special=True)} for t in cases]
+        for c in ref["tokenizer_cases"]:
+            hf = tok(c["text"], add_special_tokens=False).input_ids
+            print("tokenizer", repr(c["text"]), "llama.cpp == hf(coli tokenizer.json):", hf == c["ids"])
+        # The conversion itself, against transformers' own GGUF loader (dequantize + Q/K unpermute).
+        ref_model = AutoModelForCausalLM.from_pretrained(os.path.dirname(gguf), gguf_file=os.path.basename(gguf),
+                                                         torch_dtype=torch.float32)
+        ours = model.state_dict()
+        worst = 0.0
+        for k, v in ref_model.state_dict().items():
+            if k in ours:
+                d = (ours[k].float() - v.float().to(torch.bfloat16).float()).abs().max().item()
+                worst = max(worst, d)
+        ref["max_weight_diff_vs_transformers_gguf_loader"] = worst
+        print("max |coli weight - bf16(transformers gguf weight)|:", worst)
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump(ref, f)
+    print("demo greedy:", repr(ref["greedy_text"]))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "tiny":
+        tiny()
+    elif sys.argv[1] == "demo":
+        demo(sys.argv[2])
