@@ -31,21 +31,36 @@ pub struct Reference {
 
 /// A list of ids from a JSON array.
 pub fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("array").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
 }
 
 /// A list of floats from a JSON array.
 pub fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().expect("array").iter().map(|x| x.as_f64().expect("number")).collect()
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_f64().expect("number"))
+        .collect()
 }
 
 impl Reference {
     /// Loads fixture `name`.
     pub fn load(name: &str) -> Reference {
         let dir = fixtures_dir().join(name);
-        let json: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).expect("reference.json")).expect("json");
+        let json: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("reference.json")).expect("reference.json"),
+        )
+        .expect("json");
         let logits = std::fs::read(dir.join("logits.bin"))
-            .map(|b| b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+            .map(|b| {
+                b.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            })
             .unwrap_or_default();
         Reference { dir, json, logits }
     }
@@ -64,20 +79,52 @@ impl Reference {
 /// Checks coli's logits `[positions, vocab]` against the reference: top-1 agreement where the
 /// reference top-2 margin is not a near-tie, and every logit within `tol` of the reference
 /// relative to the position's largest |logit|. Returns a description of the first failure.
-pub fn compare_logits(name: &str, got: &[f32], want: &[f32], margins: &[f64], vocab: usize, tol: f64) -> Result<(), String> {
+pub fn compare_logits(
+    name: &str,
+    got: &[f32],
+    want: &[f32],
+    margins: &[f64],
+    vocab: usize,
+    tol: f64,
+) -> Result<(), String> {
     if got.len() != want.len() {
-        return Err(format!("{name}: {} logits, reference has {}", got.len(), want.len()));
+        return Err(format!(
+            "{name}: {} logits, reference has {}",
+            got.len(),
+            want.len()
+        ));
     }
-    for (p, (g, w)) in got.chunks_exact(vocab).zip(want.chunks_exact(vocab)).enumerate() {
-        let scale = w.iter().fold(0f64, |m, &v| m.max((v as f64).abs())).max(1e-6);
-        let worst = g.iter().zip(w).map(|(&a, &b)| ((a - b) as f64).abs()).fold(0.0, f64::max);
+    for (p, (g, w)) in got
+        .chunks_exact(vocab)
+        .zip(want.chunks_exact(vocab))
+        .enumerate()
+    {
+        let scale = w
+            .iter()
+            .fold(0f64, |m, &v| m.max((v as f64).abs()))
+            .max(1e-6);
+        let worst = g
+            .iter()
+            .zip(w)
+            .map(|(&a, &b)| ((a - b) as f64).abs())
+            .fold(0.0, f64::max);
         if worst / scale > tol {
-            return Err(format!("{name}: position {p}: max |logit diff| {worst:e} exceeds {tol:e} x {scale:.3}"));
+            return Err(format!(
+                "{name}: position {p}: max |logit diff| {worst:e} exceeds {tol:e} x {scale:.3}"
+            ));
         }
         let near_tie = margins[p] / scale < 1e-3;
-        let am = |r: &[f32]| r.iter().enumerate().fold(0, |b, (i, &v)| if v > r[b] { i } else { b });
+        let am = |r: &[f32]| {
+            r.iter()
+                .enumerate()
+                .fold(0, |b, (i, &v)| if v > r[b] { i } else { b })
+        };
         if !near_tie && am(g) != am(w) {
-            return Err(format!("{name}: position {p}: top-1 {} vs reference {}", am(g), am(w)));
+            return Err(format!(
+                "{name}: position {p}: top-1 {} vs reference {}",
+                am(g),
+                am(w)
+            ));
         }
     }
     Ok(())

@@ -36,7 +36,10 @@ static GLOBAL: Counting = Counting;
 fn decode_steps_allocate_nothing() {
     // Generation runs on a worker of the pool (as `coli run` does): jobs submitted from outside
     // a pool go through rayon's global injector, whose queue allocates a block every 63 jobs.
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
     pool.install(decode_without_allocation);
 }
 
@@ -46,7 +49,12 @@ fn decode_without_allocation() {
         let model = coli_models::load(&r.dir).unwrap();
         let ids = r.ids();
         let mut s = Session::new(&model, ids.len() + 16);
-        let mut sampler = Sampler::new(SamplingParams { temperature: 0.8, top_k: 20, top_p: 0.9, seed: 3 });
+        let mut sampler = Sampler::new(SamplingParams {
+            temperature: 0.8,
+            top_k: 20,
+            top_p: 0.9,
+            seed: 3,
+        });
         let mut next = sampler.sample(s.forward(&ids, false).unwrap());
         // Warm-up step: first use of the thread pool may allocate its own bookkeeping once.
         next = sampler.sample(s.forward(&[next], false).unwrap());
@@ -56,6 +64,10 @@ fn decode_without_allocation() {
             next = sampler.sample(s.forward(&[next], false).unwrap());
         }
         COUNTING.store(false, Ordering::SeqCst);
-        assert_eq!(ALLOCS.load(Ordering::SeqCst), 0, "{name}: allocations during 10 decode steps");
+        assert_eq!(
+            ALLOCS.load(Ordering::SeqCst),
+            0,
+            "{name}: allocations during 10 decode steps"
+        );
     }
 }

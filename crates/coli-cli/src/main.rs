@@ -1,7 +1,5 @@
 //! `coli`: run Mixture-of-Experts models larger than RAM. A thin layer over coli-models.
 
-mod demo;
-
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +11,11 @@ use coli_models::{registry, Sampler, SamplingParams, Session, TextTokenizer};
 use serde_json::json;
 
 #[derive(Parser)]
-#[command(name = "coli", version, about = "Run huge Mixture-of-Experts models on ordinary machines, token-exact.")]
+#[command(
+    name = "coli",
+    version,
+    about = "Run huge Mixture-of-Experts models on ordinary machines, token-exact."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -136,7 +138,10 @@ fn main() -> ExitCode {
             Command::Run(a) => cmd_run(a),
             Command::Eval(a) => cmd_eval(a),
             Command::Info(a) => cmd_info(a),
-            Command::ImportGguf(a) => coli_models::gguf_import::import_gguf(&a.gguf, &a.out, progress_bar("import")).map_err(|e| e.to_string()),
+            Command::ImportGguf(a) => {
+                coli_models::gguf_import::import_gguf(&a.gguf, &a.out, progress_bar("import"))
+                    .map_err(|e| e.to_string())
+            }
         })
     });
     match result {
@@ -162,7 +167,7 @@ fn build_pool(threads: Option<usize>) -> Result<rayon::ThreadPool, String> {
 fn model_dir(m: &ModelArg) -> Result<PathBuf, String> {
     match &m.model {
         Some(p) => Ok(p.clone()),
-        None => demo::ensure_demo_model(),
+        None => coli_models::demo::ensure_demo_model(progress_bar("import")),
     }
 }
 
@@ -184,10 +189,18 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
         (Some(ids), _) => ids.clone(),
         (None, prompt) => {
             let tok = tokenizer.as_ref().expect("loaded above");
-            let text = prompt.clone().unwrap_or_else(|| "The capital of France is".into());
+            let text = prompt
+                .clone()
+                .unwrap_or_else(|| "The capital of France is".into());
             let text = if a.chat {
-                tok.apply_chat_template(&[ChatMessage { role: "user".into(), content: text }], true)
-                    .map_err(|e| e.to_string())?
+                tok.apply_chat_template(
+                    &[ChatMessage {
+                        role: "user".into(),
+                        content: text,
+                    }],
+                    true,
+                )
+                .map_err(|e| e.to_string())?
             } else {
                 text
             };
@@ -201,8 +214,15 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
         }
     }
     let mut session = Session::new(&model, prompt_ids.len() + a.max_tokens);
-    session.check_tokens(&prompt_ids).map_err(|e| e.to_string())?;
-    let mut sampler = Sampler::new(SamplingParams { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed });
+    session
+        .check_tokens(&prompt_ids)
+        .map_err(|e| e.to_string())?;
+    let mut sampler = Sampler::new(SamplingParams {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        seed: a.seed,
+    });
     let mut stream = tokenizer.as_ref().map(TextTokenizer::stream);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -217,7 +237,9 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
         })
         .map_err(|e| e.to_string())?;
     let text = match &tokenizer {
-        Some(t) => t.decode(&g.generated_ids, true).map_err(|e| e.to_string())?,
+        Some(t) => t
+            .decode(&g.generated_ids, true)
+            .map_err(|e| e.to_string())?,
         None => String::new(),
     };
     let _ = writeln!(out);
@@ -256,7 +278,10 @@ fn cmd_eval(a: EvalArgs) -> Result<(), String> {
     let vocab = model.info.vocab_size;
     let mut session = Session::new(&model, ids.len());
     let logits = session.forward(ids, true).map_err(|e| e.to_string())?;
-    let tf_pred: Vec<u32> = logits.chunks_exact(vocab).map(coli_models::sampling::argmax).collect();
+    let tf_pred: Vec<u32> = logits
+        .chunks_exact(vocab)
+        .map(coli_models::sampling::argmax)
+        .collect();
     let nll = if ids.len() > 1 {
         let total: f64 = (0..ids.len() - 1)
             .map(|p| {
@@ -286,13 +311,17 @@ fn cmd_eval(a: EvalArgs) -> Result<(), String> {
     Ok(())
 }
 
-
 fn cmd_info(a: InfoArgs) -> Result<(), String> {
     match a.model {
         None => {
             println!("supported model types:");
             for f in registry::FAMILIES {
-                println!("  {:<12} {} {:?}", f.model_types.join(", "), f.display_name, f.capabilities);
+                println!(
+                    "  {:<12} {} {:?}",
+                    f.model_types.join(", "),
+                    f.display_name,
+                    f.capabilities
+                );
             }
         }
         Some(dir) => {

@@ -111,7 +111,9 @@ impl RawConfig {
                 .iter()
                 .map(|v| match v {
                     Value::Number(n) => self.id_of(n, "eos_token_id"),
-                    other => Err(self.error("eos_token_id", format!("expected ints, found {other}"))),
+                    other => {
+                        Err(self.error("eos_token_id", format!("expected ints, found {other}")))
+                    }
                 })
                 .collect(),
             Some(other) => Err(self.error(
@@ -151,7 +153,10 @@ impl RawConfig {
             }
         };
         if !(theta.is_finite() && theta > 1.0) {
-            return Err(self.error("rope_theta", format!("must be a finite number > 1, found {theta}")));
+            return Err(self.error(
+                "rope_theta",
+                format!("must be a finite number > 1, found {theta}"),
+            ));
         }
         let scaling = match scaling_obj {
             None => RopeScaling::None,
@@ -162,9 +167,12 @@ impl RawConfig {
                     .and_then(Value::as_str)
                     .unwrap_or("default");
                 let num = |k: &str| -> Result<f64> {
-                    obj.get(k)
-                        .and_then(Value::as_f64)
-                        .ok_or_else(|| self.error(key, format!("rope_type \"{kind}\" needs the number \"{k}\"")))
+                    obj.get(k).and_then(Value::as_f64).ok_or_else(|| {
+                        self.error(
+                            key,
+                            format!("rope_type \"{kind}\" needs the number \"{k}\""),
+                        )
+                    })
                 };
                 match kind {
                     "default" => RopeScaling::None,
@@ -198,10 +206,14 @@ mod tests {
 
     #[test]
     fn old_and_new_rope_keys_agree() {
-        let old = cfg(r#"{"rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
-            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}"#);
-        let new = cfg(r#"{"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}"#);
+        let old = cfg(
+            r#"{"rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}"#,
+        );
+        let new = cfg(
+            r#"{"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}"#,
+        );
         let a = old.rope_parameters(10000.0).unwrap();
         assert_eq!(a, new.rope_parameters(10000.0).unwrap());
         assert_eq!(a.theta, 500000.0);
@@ -211,19 +223,36 @@ mod tests {
     #[test]
     fn rope_defaults_and_errors() {
         let p = cfg("{}").rope_parameters(10000.0).unwrap();
-        assert_eq!(p, RopeParameters { theta: 10000.0, scaling: RopeScaling::None });
+        assert_eq!(
+            p,
+            RopeParameters {
+                theta: 10000.0,
+                scaling: RopeScaling::None
+            }
+        );
         let e = cfg(r#"{"rope_scaling": {"rope_type": "dynamic", "factor": 2}}"#)
             .rope_parameters(1e4)
             .unwrap_err();
-        assert!(e.to_string().contains("unsupported rope_type \"dynamic\""), "{e}");
-        let e = cfg(r#"{"rope_theta": -3}"#).rope_parameters(1e4).unwrap_err();
+        assert!(
+            e.to_string().contains("unsupported rope_type \"dynamic\""),
+            "{e}"
+        );
+        let e = cfg(r#"{"rope_theta": -3}"#)
+            .rope_parameters(1e4)
+            .unwrap_err();
         assert!(e.to_string().contains("rope_theta"), "{e}");
     }
 
     #[test]
     fn eos_as_int_list_or_absent() {
-        assert_eq!(cfg(r#"{"eos_token_id": 2}"#).eos_token_ids().unwrap(), vec![2]);
-        assert_eq!(cfg(r#"{"eos_token_id": [1, 7]}"#).eos_token_ids().unwrap(), vec![1, 7]);
+        assert_eq!(
+            cfg(r#"{"eos_token_id": 2}"#).eos_token_ids().unwrap(),
+            vec![2]
+        );
+        assert_eq!(
+            cfg(r#"{"eos_token_id": [1, 7]}"#).eos_token_ids().unwrap(),
+            vec![1, 7]
+        );
         assert!(cfg("{}").eos_token_ids().unwrap().is_empty());
         assert!(cfg(r#"{"eos_token_id": "x"}"#).eos_token_ids().is_err());
         assert!(cfg(r#"{"eos_token_id": -1}"#).eos_token_ids().is_err());

@@ -44,7 +44,13 @@ impl DType {
     /// Converts little-endian stored elements to f32. Exact for every dtype here.
     pub fn to_f32(self, bytes: &[u8], out: &mut [f32]) {
         let n = bytes.len() / self.size();
-        assert_eq!(n, out.len(), "to_f32: {} elements into {} slots", n, out.len());
+        assert_eq!(
+            n,
+            out.len(),
+            "to_f32: {} elements into {} slots",
+            n,
+            out.len()
+        );
         match self {
             DType::F32 => {
                 for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
@@ -110,7 +116,10 @@ mod tests {
         // 1 + 2^-8 lies exactly between two bf16 values (1 and 1 + 2^-7): ties to even -> 1.
         assert_eq!(bf16_to_f32(f32_to_bf16(1.0 + 1.0 / 256.0)), 1.0);
         // 1 + 3*2^-8 ties between 1+2^-7 (odd mantissa) and 1+2^-6: goes to 1+2^-6.
-        assert_eq!(bf16_to_f32(f32_to_bf16(1.0 + 3.0 / 256.0)), 1.0 + 1.0 / 64.0);
+        assert_eq!(
+            bf16_to_f32(f32_to_bf16(1.0 + 3.0 / 256.0)),
+            1.0 + 1.0 / 64.0
+        );
     }
 
     #[test]

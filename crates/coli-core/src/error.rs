@@ -66,7 +66,9 @@ pub enum CoreError {
         found: Vec<usize>,
     },
     /// A tensor is stored in a dtype coli cannot compute with here.
-    #[error("tensor \"{name}\" in {file}: dtype {found} is not supported (expected one of {expected})")]
+    #[error(
+        "tensor \"{name}\" in {file}: dtype {found} is not supported (expected one of {expected})"
+    )]
     Dtype {
         /// Tensor name.
         name: String,

@@ -151,9 +151,16 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or_else(|| {
-            format!("unexpected end of file at byte {} (wanted {n} more bytes)", self.pos)
-        })?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| {
+                format!(
+                    "unexpected end of file at byte {} (wanted {n} more bytes)",
+                    self.pos
+                )
+            })?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -168,14 +175,18 @@ impl<'a> Reader<'a> {
         let n = self.u64()?;
         // Every element occupies at least one byte, so a count beyond the remaining bytes is corrupt.
         if n > (self.buf.len() - self.pos) as u64 {
-            return Err(format!("{what} count {n} at byte {} exceeds the file size", self.pos));
+            return Err(format!(
+                "{what} count {n} at byte {} exceeds the file size",
+                self.pos
+            ));
         }
         Ok(n as usize)
     }
     fn string(&mut self) -> Result<String, String> {
         let n = self.len("string length")?;
         let b = self.take(n)?;
-        String::from_utf8(b.to_vec()).map_err(|_| format!("string at byte {} is not UTF-8", self.pos - n))
+        String::from_utf8(b.to_vec())
+            .map_err(|_| format!("string at byte {} is not UTF-8", self.pos - n))
     }
     fn value(&mut self, ty: u32, depth: u32) -> Result<GgufValue, String> {
         Ok(match ty {
@@ -203,7 +214,12 @@ impl<'a> Reader<'a> {
             10 => GgufValue::Int(self.u64()? as i128),
             11 => GgufValue::Int(self.u64()? as i64 as i128),
             12 => GgufValue::Float(f64::from_bits(self.u64()?)),
-            other => return Err(format!("unknown metadata value type {other} at byte {}", self.pos)),
+            other => {
+                return Err(format!(
+                    "unknown metadata value type {other} at byte {}",
+                    self.pos
+                ))
+            }
         })
     }
 }
@@ -216,7 +232,9 @@ pub fn parse(buf: &[u8]) -> Result<(BTreeMap<String, GgufValue>, Vec<GgufTensor>
     }
     let version = r.u32()?;
     if !(2..=3).contains(&version) {
-        return Err(format!("unsupported GGUF version {version} (supported: 2, 3)"));
+        return Err(format!(
+            "unsupported GGUF version {version} (supported: 2, 3)"
+        ));
     }
     let n_tensors = r.len("tensor")?;
     let n_kv = r.len("metadata")?;
@@ -243,7 +261,10 @@ pub fn parse(buf: &[u8]) -> Result<(BTreeMap<String, GgufValue>, Vec<GgufTensor>
     }
     let alignment = match metadata.get("general.alignment") {
         None => 32,
-        Some(v) => v.as_u64().filter(|a| a.is_power_of_two()).ok_or("general.alignment is not a power of two")? as usize,
+        Some(v) => v
+            .as_u64()
+            .filter(|a| a.is_power_of_two())
+            .ok_or("general.alignment is not a power of two")? as usize,
     };
     let data_start = r.pos.div_ceil(alignment) * alignment;
     let mut tensors = Vec::with_capacity(infos.len());
@@ -256,9 +277,14 @@ pub fn parse(buf: &[u8]) -> Result<(BTreeMap<String, GgufValue>, Vec<GgufTensor>
             .ok_or_else(|| format!("tensor \"{name}\": dims {dims:?} overflow"))?;
         let (bs, bb) = ty.block();
         if dims.first().is_some_and(|&d| d % bs != 0) {
-            return Err(format!("tensor \"{name}\": row length {} is not a multiple of the block size {bs}", dims[0]));
+            return Err(format!(
+                "tensor \"{name}\": row length {} is not a multiple of the block size {bs}",
+                dims[0]
+            ));
         }
-        let bytes = (numel / bs).checked_mul(bb).ok_or("tensor size overflows")?;
+        let bytes = (numel / bs)
+            .checked_mul(bb)
+            .ok_or("tensor size overflows")?;
         let start = data_start
             .checked_add(offset as usize)
             .ok_or_else(|| format!("tensor \"{name}\": offset overflows"))?;
@@ -322,7 +348,11 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
 /// Dequantizes `bytes` of type `ty` into `out` (whole blocks), as ggml defines each type.
 pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
     let (bs, bb) = ty.block();
-    assert_eq!(bytes.len() / bb * bs, out.len(), "dequantize: size mismatch");
+    assert_eq!(
+        bytes.len() / bb * bs,
+        out.len(),
+        "dequantize: size mismatch"
+    );
     match ty {
         GgmlType::F32 => crate::DType::F32.to_f32(bytes, out),
         GgmlType::F16 => crate::DType::F16.to_f32(bytes, out),
@@ -380,7 +410,7 @@ mod tests {
         v.extend(32u64.to_le_bytes());
         v.extend(3u32.to_le_bytes());
         v.extend(0u64.to_le_bytes());
-        while v.len() % 32 != 0 {
+        while !v.len().is_multiple_of(32) {
             v.push(0);
         }
         v.extend(half::f16::from_f32(0.5).to_bits().to_le_bytes());
@@ -395,7 +425,10 @@ mod tests {
         let (meta, tensors) = parse(&buf).unwrap();
         assert_eq!(meta["llama.block_count"], GgufValue::Int(7));
         let t = &tensors[0];
-        assert_eq!((t.name.as_str(), t.ty, t.shape()), ("w", GgmlType::Q4_1, vec![32]));
+        assert_eq!(
+            (t.name.as_str(), t.ty, t.shape()),
+            ("w", GgmlType::Q4_1, vec![32])
+        );
         let mut out = vec![0.0; 32];
         dequantize(t.ty, &buf[t.range.clone()], &mut out);
         // Low nibbles hold j, high nibbles 15 - j: x = q * 0.5 - 1.

@@ -137,7 +137,14 @@ impl ModelDir {
             let (names, map) = read_index(&index_path)?;
             let paths = names
                 .iter()
-                .map(|n| locate(n, &search).ok_or_else(|| index_err(&index_path, format!("shard \"{n}\" not found in {}", show_dirs(&search)))))
+                .map(|n| {
+                    locate(n, &search).ok_or_else(|| {
+                        index_err(
+                            &index_path,
+                            format!("shard \"{n}\" not found in {}", show_dirs(&search)),
+                        )
+                    })
+                })
                 .collect::<Result<Vec<_>>>()?;
             (paths, Some(map))
         } else if path.join("model.safetensors").is_file() {
@@ -157,14 +164,20 @@ impl ModelDir {
             }
             (found, None)
         };
-        let shards = shard_paths.iter().map(|p| Shard::open(p)).collect::<Result<Vec<_>>>()?;
+        let shards = shard_paths
+            .iter()
+            .map(|p| Shard::open(p))
+            .collect::<Result<Vec<_>>>()?;
         let mut index = HashMap::new();
         for (i, s) in shards.iter().enumerate() {
             for name in s.header.tensors.keys() {
                 if let Some(prev) = index.insert(name.clone(), i) {
                     return Err(CoreError::Header {
                         path: s.path.clone(),
-                        msg: format!("tensor \"{name}\" is also stored in {}", shards[prev].path.display()),
+                        msg: format!(
+                            "tensor \"{name}\" is also stored in {}",
+                            shards[prev].path.display()
+                        ),
                     });
                 }
             }
@@ -172,14 +185,26 @@ impl ModelDir {
         if let Some(map) = weight_map {
             for (name, file) in &map {
                 match index.get(name) {
-                    Some(&i) if shards[i].path.file_name().is_some_and(|f| f == file.as_str()) => {}
+                    Some(&i)
+                        if shards[i]
+                            .path
+                            .file_name()
+                            .is_some_and(|f| f == file.as_str()) => {}
                     Some(&i) => {
                         return Err(index_err(
                             &index_path,
-                            format!("maps \"{name}\" to {file}, but it is stored in {}", shards[i].path.display()),
+                            format!(
+                                "maps \"{name}\" to {file}, but it is stored in {}",
+                                shards[i].path.display()
+                            ),
                         ))
                     }
-                    None => return Err(index_err(&index_path, format!("maps \"{name}\" to {file}, which does not contain it"))),
+                    None => {
+                        return Err(index_err(
+                            &index_path,
+                            format!("maps \"{name}\" to {file}, which does not contain it"),
+                        ))
+                    }
                 }
             }
         }
@@ -198,10 +223,13 @@ impl ModelDir {
 
     /// Looks a tensor up by name.
     pub fn tensor(&self, name: &str) -> Result<TensorView> {
-        let &i = self.index.get(name).ok_or_else(|| CoreError::MissingTensor {
-            name: name.to_string(),
-            dir: self.path.clone(),
-        })?;
+        let &i = self
+            .index
+            .get(name)
+            .ok_or_else(|| CoreError::MissingTensor {
+                name: name.to_string(),
+                dir: self.path.clone(),
+            })?;
         let shard = &self.shards[i];
         let e = &shard.header.tensors[name];
         Ok(TensorView {
@@ -237,7 +265,10 @@ fn index_err(path: &Path, msg: String) -> CoreError {
 }
 
 fn show_dirs(dirs: &[PathBuf]) -> String {
-    dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+    dirs.iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The model directory followed by the directories in `COLI_MODEL_DIRS`.
@@ -256,7 +287,8 @@ fn locate(file_name: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
 /// Reads `model.safetensors.index.json`: the shard file names (sorted, unique) and the weight map.
 fn read_index(path: &Path) -> Result<(Vec<String>, HashMap<String, String>)> {
     let text = std::fs::read_to_string(path).map_err(|e| CoreError::io(path, e))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| index_err(path, format!("not valid JSON: {e}")))?;
+    let v: Value =
+        serde_json::from_str(&text).map_err(|e| index_err(path, format!("not valid JSON: {e}")))?;
     let map = v
         .get("weight_map")
         .and_then(Value::as_object)
@@ -268,7 +300,10 @@ fn read_index(path: &Path) -> Result<(Vec<String>, HashMap<String, String>)> {
             .as_str()
             .ok_or_else(|| index_err(path, format!("weight_map[\"{name}\"] is not a string")))?;
         if file.contains('/') || file.contains('\\') || file == ".." {
-            return Err(index_err(path, format!("weight_map[\"{name}\"] = \"{file}\" is not a plain file name")));
+            return Err(index_err(
+                path,
+                format!("weight_map[\"{name}\"] = \"{file}\" is not a plain file name"),
+            ));
         }
         files.insert(file.to_string());
         weight_map.insert(name.clone(), file.to_string());

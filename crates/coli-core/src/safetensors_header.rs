@@ -50,11 +50,15 @@ pub fn dtype_size(dtype: &str) -> Option<usize> {
 /// checking it against the file size. Returns the header length.
 pub fn header_len(prefix: &[u8], file_len: u64) -> Result<usize, String> {
     if file_len < 8 || prefix.len() < 8 {
-        return Err(format!("file is {file_len} bytes, too short for the 8-byte header length"));
+        return Err(format!(
+            "file is {file_len} bytes, too short for the 8-byte header length"
+        ));
     }
     let n = u64::from_le_bytes(prefix[..8].try_into().expect("8 bytes"));
     if n > MAX_HEADER_LEN {
-        return Err(format!("header length {n} exceeds the limit of {MAX_HEADER_LEN} bytes"));
+        return Err(format!(
+            "header length {n} exceeds the limit of {MAX_HEADER_LEN} bytes"
+        ));
     }
     if n > file_len - 8 {
         return Err(format!(
@@ -73,7 +77,8 @@ pub fn parse_header(json: &[u8], file_len: u64) -> Result<Header, String> {
         .ok_or("header runs past the end of the file")?;
     let text = std::str::from_utf8(json).map_err(|e| format!("header is not UTF-8: {e}"))?;
     // The writer pads with spaces; trailing whitespace is fine for serde_json.
-    let root: Value = serde_json::from_str(text).map_err(|e| format!("header is not valid JSON: {e}"))?;
+    let root: Value =
+        serde_json::from_str(text).map_err(|e| format!("header is not valid JSON: {e}"))?;
     let obj = root.as_object().ok_or("header is not a JSON object")?;
     let mut header = Header {
         data_start,
@@ -83,17 +88,22 @@ pub fn parse_header(json: &[u8], file_len: u64) -> Result<Header, String> {
         if name == "__metadata__" {
             let m = entry.as_object().ok_or("__metadata__ is not an object")?;
             for (k, v) in m {
-                let s = v.as_str().ok_or_else(|| format!("__metadata__ value for \"{k}\" is not a string"))?;
+                let s = v
+                    .as_str()
+                    .ok_or_else(|| format!("__metadata__ value for \"{k}\" is not a string"))?;
                 header.metadata.insert(k.clone(), s.to_string());
             }
             continue;
         }
-        let e = entry.as_object().ok_or_else(|| format!("tensor \"{name}\": entry is not an object"))?;
+        let e = entry
+            .as_object()
+            .ok_or_else(|| format!("tensor \"{name}\": entry is not an object"))?;
         let dtype = e
             .get("dtype")
             .and_then(Value::as_str)
             .ok_or_else(|| format!("tensor \"{name}\": missing dtype"))?;
-        let size = dtype_size(dtype).ok_or_else(|| format!("tensor \"{name}\": unknown dtype \"{dtype}\""))?;
+        let size = dtype_size(dtype)
+            .ok_or_else(|| format!("tensor \"{name}\": unknown dtype \"{dtype}\""))?;
         let shape: Vec<usize> = e
             .get("shape")
             .and_then(Value::as_array)
@@ -101,7 +111,9 @@ pub fn parse_header(json: &[u8], file_len: u64) -> Result<Header, String> {
             .iter()
             .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
             .collect::<Option<_>>()
-            .ok_or_else(|| format!("tensor \"{name}\": shape must be a list of non-negative integers"))?;
+            .ok_or_else(|| {
+                format!("tensor \"{name}\": shape must be a list of non-negative integers")
+            })?;
         let offsets = e
             .get("data_offsets")
             .and_then(Value::as_array)
@@ -109,7 +121,11 @@ pub fn parse_header(json: &[u8], file_len: u64) -> Result<Header, String> {
             .ok_or_else(|| format!("tensor \"{name}\": data_offsets must be [begin, end]"))?;
         let (begin, end) = match (offsets[0].as_u64(), offsets[1].as_u64()) {
             (Some(b), Some(e)) => (b, e),
-            _ => return Err(format!("tensor \"{name}\": data_offsets must be non-negative integers")),
+            _ => {
+                return Err(format!(
+                    "tensor \"{name}\": data_offsets must be non-negative integers"
+                ))
+            }
         };
         if begin > end || end > data_len as u64 {
             return Err(format!(
@@ -138,12 +154,18 @@ pub fn parse_header(json: &[u8], file_len: u64) -> Result<Header, String> {
             },
         );
     }
-    let mut spans: Vec<(&String, &Range<usize>)> = header.tensors.iter().map(|(n, e)| (n, &e.file_range)).collect();
+    let mut spans: Vec<(&String, &Range<usize>)> = header
+        .tensors
+        .iter()
+        .map(|(n, e)| (n, &e.file_range))
+        .collect();
     spans.sort_by_key(|(_, r)| (r.start, r.end));
     for w in spans.windows(2) {
         let ((a, ra), (b, rb)) = (w[0], w[1]);
         if rb.start < ra.end && !ra.is_empty() && !rb.is_empty() {
-            return Err(format!("tensors \"{a}\" and \"{b}\" overlap in the data section"));
+            return Err(format!(
+                "tensors \"{a}\" and \"{b}\" overlap in the data section"
+            ));
         }
     }
     Ok(header)
@@ -182,15 +204,31 @@ mod tests {
     #[test]
     fn rejects_bad_headers_with_reasons() {
         let cases = [
-            (r#"{"a":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,10]}}"#, 16, "needs 12 bytes"),
-            (r#"{"a":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}}"#, 16, "outside the data section"),
+            (
+                r#"{"a":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,10]}}"#,
+                16,
+                "needs 12 bytes",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}}"#,
+                16,
+                "outside the data section",
+            ),
             (
                 r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#,
                 16,
                 "overlap",
             ),
-            (r#"{"a":{"dtype":"Q9","shape":[2],"data_offsets":[0,2]}}"#, 16, "unknown dtype"),
-            (r#"{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}"#, 16, "non-negative"),
+            (
+                r#"{"a":{"dtype":"Q9","shape":[2],"data_offsets":[0,2]}}"#,
+                16,
+                "unknown dtype",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}"#,
+                16,
+                "non-negative",
+            ),
             (r#"{"a":1}"#, 0, "not an object"),
             (r#"[1,2]"#, 0, "not a JSON object"),
             (r#"{"a":"#, 0, "not valid JSON"),
@@ -208,12 +246,16 @@ mod tests {
 
     #[test]
     fn rejects_truncated_and_oversized_lengths() {
-        assert!(parse_file_bytes(&[1, 2, 3]).unwrap_err().contains("too short"));
+        assert!(parse_file_bytes(&[1, 2, 3])
+            .unwrap_err()
+            .contains("too short"));
         let mut v = 1000u64.to_le_bytes().to_vec();
         v.extend_from_slice(b"{}");
         assert!(parse_file_bytes(&v).unwrap_err().contains("past the end"));
         let v = u64::MAX.to_le_bytes().to_vec();
-        assert!(parse_file_bytes(&v).unwrap_err().contains("exceeds the limit"));
+        assert!(parse_file_bytes(&v)
+            .unwrap_err()
+            .contains("exceeds the limit"));
     }
 
     proptest! {

@@ -19,13 +19,19 @@ pub fn temp_path_for(dest: &Path) -> PathBuf {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let tid = format!("{:?}", std::thread::current().id());
     let tid: String = tid.chars().filter(char::is_ascii_digit).collect();
-    let name = dest.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = dest
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     dest.with_file_name(format!(".{name}.tmp-{}-{tid}-{n}", std::process::id()))
 }
 
 /// Writes a file atomically: `fill` writes the content into a temp file, which is
 /// fsynced and renamed over `dest`. The temp file is removed if anything fails.
-pub fn write_atomic(dest: &Path, fill: impl FnOnce(&mut std::io::BufWriter<&File>) -> std::io::Result<()>) -> Result<()> {
+pub fn write_atomic(
+    dest: &Path,
+    fill: impl FnOnce(&mut std::io::BufWriter<&File>) -> std::io::Result<()>,
+) -> Result<()> {
     let tmp = temp_path_for(dest);
     let result = (|| -> std::io::Result<()> {
         let file = File::create(&tmp)?;
@@ -60,24 +66,39 @@ pub struct TensorData {
 }
 
 /// Serializes tensors (sorted by name) and metadata as a safetensors file, atomically.
-pub fn write_safetensors(dest: &Path, tensors: &BTreeMap<String, TensorData>, metadata: &BTreeMap<String, String>) -> Result<()> {
+pub fn write_safetensors(
+    dest: &Path,
+    tensors: &BTreeMap<String, TensorData>,
+    metadata: &BTreeMap<String, String>,
+) -> Result<()> {
     let mut header = serde_json::Map::new();
     if !metadata.is_empty() {
-        header.insert("__metadata__".into(), serde_json::to_value(metadata).expect("string map"));
+        header.insert(
+            "__metadata__".into(),
+            serde_json::to_value(metadata).expect("string map"),
+        );
     }
     let mut offset = 0usize;
     for (name, t) in tensors {
         let want = t.shape.iter().product::<usize>() * t.dtype.size();
-        assert_eq!(want, t.bytes.len(), "tensor {name}: shape {:?} vs {} bytes", t.shape, t.bytes.len());
+        assert_eq!(
+            want,
+            t.bytes.len(),
+            "tensor {name}: shape {:?} vs {} bytes",
+            t.shape,
+            t.bytes.len()
+        );
         header.insert(
             name.clone(),
             serde_json::json!({"dtype": t.dtype.safetensors_name(), "shape": t.shape, "data_offsets": [offset, offset + want]}),
         );
         offset += want;
     }
-    let mut json = serde_json::to_string(&header).expect("header serializes").into_bytes();
+    let mut json = serde_json::to_string(&header)
+        .expect("header serializes")
+        .into_bytes();
     // Pad so the data section starts 8-byte aligned, as the reference writer does.
-    while (8 + json.len()) % 8 != 0 {
+    while !(8 + json.len()).is_multiple_of(8) {
         json.push(b' ');
     }
     write_atomic(dest, |w| {
@@ -105,7 +126,10 @@ mod tests {
             TensorData {
                 dtype: DType::F32,
                 shape: vec![2],
-                bytes: [1.5f32, -2.0].iter().flat_map(|x| x.to_le_bytes()).collect(),
+                bytes: [1.5f32, -2.0]
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+                    .collect(),
             },
         );
         let mut meta = BTreeMap::new();

@@ -13,7 +13,9 @@ fn bench(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(w.len() as u64));
         for isa in cpu::available() {
             let m = MatRef::new(fmt, &w, rows, cols);
-            g.bench_function(format!("{fmt:?}/{isa:?}"), |b| b.iter(|| matmul_isa(isa, &m, &x, 1, &mut out)));
+            g.bench_function(format!("{fmt:?}/{isa:?}"), |b| {
+                b.iter(|| matmul_isa(isa, &m, &x, 1, &mut out))
+            });
         }
     }
     g.finish();

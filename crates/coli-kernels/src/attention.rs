@@ -20,7 +20,14 @@ pub struct KvView<'a> {
 
 /// `out = softmax(q·K^T * scale) V` over positions `0..n_pos`; `scores` is scratch of at least `n_pos`.
 /// Values are accumulated in increasing position order.
-pub fn attend(q: &[f32], kv: KvView, n_pos: usize, scale: f32, scores: &mut [f32], out: &mut [f32]) {
+pub fn attend(
+    q: &[f32],
+    kv: KvView,
+    n_pos: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
     let hd = kv.head_dim;
     let scores = &mut scores[..n_pos];
     for (j, s) in scores.iter_mut().enumerate() {
@@ -47,14 +54,23 @@ mod tests {
         let keys = [0., 0., 1., 0., 0., 0., 0., 1., 0., 0., 1., 1.];
         let values = [0., 0., 1., 2., 0., 0., 3., 4., 0., 0., 5., 6.];
         let q = [1.0f32, 2.0];
-        let kv = KvView { keys: &keys, values: &values, stride: 4, offset: 2, head_dim: 2 };
+        let kv = KvView {
+            keys: &keys,
+            values: &values,
+            stride: 4,
+            offset: 2,
+            head_dim: 2,
+        };
         let mut scores = [0.0; 3];
         let mut out = [0.0; 2];
         attend(&q, kv, 3, 0.5, &mut scores, &mut out);
         let s = [0.5f64, 1.0, 1.5];
         let z: f64 = s.iter().map(|v| v.exp()).sum();
         let p: Vec<f64> = s.iter().map(|v| v.exp() / z).collect();
-        let want = [p[0] * 1.0 + p[1] * 3.0 + p[2] * 5.0, p[0] * 2.0 + p[1] * 4.0 + p[2] * 6.0];
+        let want = [
+            p[0] * 1.0 + p[1] * 3.0 + p[2] * 5.0,
+            p[0] * 2.0 + p[1] * 4.0 + p[2] * 6.0,
+        ];
         for i in 0..2 {
             assert!((out[i] as f64 - want[i]).abs() < 1e-5);
         }

@@ -18,7 +18,10 @@ pub fn available() -> Vec<Isa> {
     let mut v = vec![Isa::Scalar];
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+        if is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+        {
             v.push(Isa::Avx2);
             if is_x86_feature_detected!("avx512f") {
                 v.push(Isa::Avx512);

@@ -37,9 +37,15 @@ impl WFormat {
     #[inline(always)]
     pub fn load(self, row: &[u8], i: usize) -> f32 {
         match self {
-            WFormat::F32 => f32::from_le_bytes([row[4 * i], row[4 * i + 1], row[4 * i + 2], row[4 * i + 3]]),
-            WFormat::BF16 => f32::from_bits((u16::from_le_bytes([row[2 * i], row[2 * i + 1]]) as u32) << 16),
-            WFormat::F16 => half::f16::from_bits(u16::from_le_bytes([row[2 * i], row[2 * i + 1]])).to_f32(),
+            WFormat::F32 => {
+                f32::from_le_bytes([row[4 * i], row[4 * i + 1], row[4 * i + 2], row[4 * i + 3]])
+            }
+            WFormat::BF16 => {
+                f32::from_bits((u16::from_le_bytes([row[2 * i], row[2 * i + 1]]) as u32) << 16)
+            }
+            WFormat::F16 => {
+                half::f16::from_bits(u16::from_le_bytes([row[2 * i], row[2 * i + 1]])).to_f32()
+            }
         }
     }
 }
@@ -80,7 +86,11 @@ pub fn dot_scalar(fmt: WFormat, row: &[u8], x: &[f32]) -> f32 {
 #[inline]
 pub fn dot_rows<const R: usize>(isa: Isa, fmt: WFormat, rows: [&[u8]; R], x: &[f32]) -> [f32; R] {
     for r in rows {
-        assert_eq!(r.len(), x.len() * fmt.size(), "dot: row bytes do not match the activation length");
+        assert_eq!(
+            r.len(),
+            x.len() * fmt.size(),
+            "dot: row bytes do not match the activation length"
+        );
     }
     match isa {
         Isa::Scalar => rows.map(|r| dot_scalar(fmt, r, x)),
@@ -147,7 +157,11 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_rows_avx2<const R: usize>(fmt: WFormat, rows: [&[u8]; R], x: &[f32]) -> [f32; R] {
+    pub(super) unsafe fn dot_rows_avx2<const R: usize>(
+        fmt: WFormat,
+        rows: [&[u8]; R],
+        x: &[f32],
+    ) -> [f32; R] {
         let main = x.len() / LANES * LANES;
         let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
         match fmt {
@@ -194,20 +208,38 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    pub(super) unsafe fn dot_rows_avx512<const R: usize>(fmt: WFormat, rows: [&[u8]; R], x: &[f32]) -> [f32; R] {
+    pub(super) unsafe fn dot_rows_avx512<const R: usize>(
+        fmt: WFormat,
+        rows: [&[u8]; R],
+        x: &[f32],
+    ) -> [f32; R] {
         let main = x.len() / LANES * LANES;
         let mut acc = [_mm512_setzero_ps(); R];
         match fmt {
-            WFormat::F32 => avx512_loop!(rows, x, main, acc, |p: *const u8, i: usize| _mm512_loadu_ps(
-                p.cast::<f32>().add(i)
-            )),
+            WFormat::F32 => {
+                avx512_loop!(
+                    rows,
+                    x,
+                    main,
+                    acc,
+                    |p: *const u8, i: usize| _mm512_loadu_ps(p.cast::<f32>().add(i))
+                )
+            }
             WFormat::BF16 => avx512_loop!(rows, x, main, acc, |p: *const u8, i: usize| {
                 let h = _mm256_loadu_si256(p.add(2 * i).cast());
                 _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
             }),
-            WFormat::F16 => avx512_loop!(rows, x, main, acc, |p: *const u8, i: usize| _mm512_cvtph_ps(
-                _mm256_loadu_si256(p.add(2 * i).cast())
-            )),
+            WFormat::F16 => {
+                avx512_loop!(
+                    rows,
+                    x,
+                    main,
+                    acc,
+                    |p: *const u8, i: usize| _mm512_cvtph_ps(_mm256_loadu_si256(
+                        p.add(2 * i).cast()
+                    ))
+                )
+            }
         }
         let mut out = [0.0; R];
         for r in 0..R {
@@ -258,7 +290,11 @@ mod tests {
         w[1] = 1.0;
         let x = vec![1.0f32; 16];
         for isa in cpu::available() {
-            assert_eq!(dot_rows(isa, WFormat::F32, [&encode(WFormat::F32, &w)[..]], &x)[0], 1.0, "{isa:?}");
+            assert_eq!(
+                dot_rows(isa, WFormat::F32, [&encode(WFormat::F32, &w)[..]], &x)[0],
+                1.0,
+                "{isa:?}"
+            );
         }
     }
 

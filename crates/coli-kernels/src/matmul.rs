@@ -26,8 +26,18 @@ pub struct MatRef<'a> {
 impl<'a> MatRef<'a> {
     /// Wraps bytes, checking the size.
     pub fn new(fmt: WFormat, bytes: &'a [u8], rows: usize, cols: usize) -> MatRef<'a> {
-        assert_eq!(bytes.len(), rows * cols * fmt.size(), "MatRef: {rows}x{cols} {fmt:?} vs {} bytes", bytes.len());
-        MatRef { fmt, bytes, rows, cols }
+        assert_eq!(
+            bytes.len(),
+            rows * cols * fmt.size(),
+            "MatRef: {rows}x{cols} {fmt:?} vs {} bytes",
+            bytes.len()
+        );
+        MatRef {
+            fmt,
+            bytes,
+            rows,
+            cols,
+        }
     }
 
     /// Row `r`'s bytes.
@@ -72,8 +82,16 @@ fn rows_block(isa: Isa, m: &MatRef, xs: &[f32], n_tok: usize, r0: usize, r1: usi
 }
 
 fn check(m: &MatRef, xs: &[f32], n_tok: usize, out: &[f32]) {
-    assert_eq!(xs.len(), n_tok * m.cols, "matmul: activations are not n_tok x cols");
-    assert_eq!(out.len(), n_tok * m.rows, "matmul: output is not n_tok x rows");
+    assert_eq!(
+        xs.len(),
+        n_tok * m.cols,
+        "matmul: activations are not n_tok x cols"
+    );
+    assert_eq!(
+        out.len(),
+        n_tok * m.rows,
+        "matmul: output is not n_tok x rows"
+    );
 }
 
 /// `out[t, r] = m[r] · xs[t]` for `n_tok` tokens (`xs` is `[n_tok, cols]`, `out` `[n_tok, rows]`),
@@ -105,7 +123,8 @@ pub fn matmul_reference(m: &MatRef, xs: &[f32], n_tok: usize, out: &mut [f32]) {
     check(m, xs, n_tok, out);
     for t in 0..n_tok {
         for r in 0..m.rows {
-            out[t * m.rows + r] = crate::dot::dot_scalar(m.fmt, m.row(r), &xs[t * m.cols..(t + 1) * m.cols]);
+            out[t * m.rows + r] =
+                crate::dot::dot_scalar(m.fmt, m.row(r), &xs[t * m.cols..(t + 1) * m.cols]);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! RMSNorm and SwiGLU.
 
-use crate::dot::{dot_rows, dot_scalar, WFormat};
 use crate::cpu::{self, Isa};
+use crate::dot::{dot_rows, dot_scalar, WFormat};
 
 /// RMSNorm of one row on the given instruction set:
 /// `out = weight * (x * 1/sqrt(mean(x²) + eps))`, the order `transformers` uses.

@@ -25,7 +25,10 @@ pub struct RopeTable {
 
 /// Computes `inv_freq` as `transformers` does, in f32: `1 / θ^(2i/d)`, then the scaling rule.
 pub fn compute_inv_freq(rot_dim: usize, theta: f64, scaling: &RopeScaling) -> Vec<f32> {
-    assert!(rot_dim % 2 == 0 && rot_dim > 0, "rotary dim must be even and positive, got {rot_dim}");
+    assert!(
+        rot_dim.is_multiple_of(2) && rot_dim > 0,
+        "rotary dim must be even and positive, got {rot_dim}"
+    );
     let base = theta as f32;
     let mut inv: Vec<f32> = (0..rot_dim / 2)
         .map(|i| 1.0 / base.powf((2 * i) as f32 / rot_dim as f32))
@@ -53,8 +56,13 @@ pub fn compute_inv_freq(rot_dim: usize, theta: f64, scaling: &RopeScaling) -> Ve
             let high_freq_wavelen = old / hi;
             for f in &mut inv {
                 let wavelen = 2.0 * std::f32::consts::PI / *f;
-                let scaled = if wavelen > low_freq_wavelen { *f / factor } else { *f };
-                let medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+                let scaled = if wavelen > low_freq_wavelen {
+                    *f / factor
+                } else {
+                    *f
+                };
+                // transformers: ~(wavelen < high) & ~(wavelen > low); wavelengths here are finite.
+                let medium = wavelen >= high_freq_wavelen && wavelen <= low_freq_wavelen;
                 *f = if medium {
                     let smooth = (old / wavelen - lo) / (hi - lo);
                     (1.0 - smooth) * scaled / factor + smooth * scaled

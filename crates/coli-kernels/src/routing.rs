@@ -5,7 +5,11 @@ use crate::softmax::softmax_inplace;
 /// Indices of the `k` largest values, largest first; ties go to the lower index.
 /// `order` is scratch of `values.len()`; the result is its first `k` entries.
 pub fn top_k_indices<'a>(values: &[f32], k: usize, order: &'a mut Vec<usize>) -> &'a [usize] {
-    assert!(k <= values.len(), "top-k: k = {k} > {} values", values.len());
+    assert!(
+        k <= values.len(),
+        "top-k: k = {k} > {} values",
+        values.len()
+    );
     order.clear();
     order.extend(0..values.len());
     // The comparator is a total order (index breaks ties), so an unstable sort is deterministic
@@ -51,7 +55,10 @@ mod tests {
     #[test]
     fn ties_go_to_the_lower_index() {
         let mut order = Vec::new();
-        assert_eq!(top_k_indices(&[1.0, 3.0, 3.0, 2.0, 3.0], 3, &mut order), &[1, 2, 4]);
+        assert_eq!(
+            top_k_indices(&[1.0, 3.0, 3.0, 2.0, 3.0], 3, &mut order),
+            &[1, 2, 4]
+        );
     }
 
     #[test]

@@ -99,7 +99,7 @@ pub struct Moe {
 #[derive(Clone, Debug)]
 pub enum Ffn {
     /// Dense SwiGLU.
-    Dense(Mlp),
+    Dense(Box<Mlp>),
     /// Mixture of experts.
     Moe(Moe),
 }
@@ -213,11 +213,24 @@ pub enum PositionLoop {
 
 const MAX_ROT_HALF: usize = 512;
 
+/// One position's q, k, v rows and its KV cache rows, as the position loop hands them out.
+type PositionItem<'a> = (
+    usize,
+    (
+        ((&'a mut [f32], &'a mut [f32]), &'a [f32]),
+        (&'a mut [f32], &'a mut [f32]),
+    ),
+);
+
 impl Transformer {
     /// Sizes the scratch for `n` tokens at a context of `ctx` positions.
     pub fn reserve(&self, s: &mut Scratch, n: usize, ctx: usize, logits_rows: usize) {
         let i = &self.info;
-        let (h, qd, kvd) = (i.hidden_size, i.n_heads * i.head_dim, i.n_kv_heads * i.head_dim);
+        let (h, qd, kvd) = (
+            i.hidden_size,
+            i.n_heads * i.head_dim,
+            i.n_kv_heads * i.head_dim,
+        );
         grow(&mut s.x, n * h);
         grow(&mut s.xn, n * h);
         grow(&mut s.q, n * qd);
@@ -234,7 +247,12 @@ impl Transformer {
                 Ffn::Moe(moe) => {
                     let e = moe.experts.len();
                     let k = moe.top_k;
-                    let ei = moe.experts.iter().map(|m| m.gate_proj.rows).max().unwrap_or(0);
+                    let ei = moe
+                        .experts
+                        .iter()
+                        .map(|m| m.gate_proj.rows)
+                        .max()
+                        .unwrap_or(0);
                     grow(&mut s.router_logits, n * e);
                     grow(&mut s.probs, e);
                     grow(&mut s.weights, n * k);
@@ -265,7 +283,15 @@ impl Transformer {
     /// Runs `tokens` at positions `start..start + n`, appending their keys and values to
     /// `kv`; leaves the logits of the requested positions in `s.logits`.
     /// Token ids must already be checked against the vocabulary.
-    pub fn forward(&self, tokens: &[u32], start: usize, kv: &mut KvCache, s: &mut Scratch, logits: LogitsFor, positions: PositionLoop) {
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        start: usize,
+        kv: &mut KvCache,
+        s: &mut Scratch,
+        logits: LogitsFor,
+        positions: PositionLoop,
+    ) {
         let info = &self.info;
         let (n, h) = (tokens.len(), info.hidden_size);
         let end = start + n;
@@ -273,29 +299,67 @@ impl Transformer {
         let rows = if logits == LogitsFor::All { n } else { 1 };
         self.reserve(s, n, end, rows);
         for (t, &tok) in tokens.iter().enumerate() {
-            self.embed_tokens.row_f32(tok as usize, &mut s.x[t * h..(t + 1) * h]);
+            self.embed_tokens
+                .row_f32(tok as usize, &mut s.x[t * h..(t + 1) * h]);
         }
         for (li, layer) in self.layers.iter().enumerate() {
-            norm_rows(&s.x[..n * h], &layer.input_layernorm, self.rms_norm_eps, &mut s.xn[..n * h]);
+            norm_rows(
+                &s.x[..n * h],
+                &layer.input_layernorm,
+                self.rms_norm_eps,
+                &mut s.xn[..n * h],
+            );
             self.attention(li, &layer.attn, n, start, kv, s, positions);
             add_into(&mut s.x[..n * h], &s.proj[..n * h]);
-            norm_rows(&s.x[..n * h], &layer.post_attention_layernorm, self.rms_norm_eps, &mut s.xn[..n * h]);
+            norm_rows(
+                &s.x[..n * h],
+                &layer.post_attention_layernorm,
+                self.rms_norm_eps,
+                &mut s.xn[..n * h],
+            );
             match &layer.ffn {
-                Ffn::Dense(m) => mlp_forward(m, n, &s.xn[..n * h], &mut s.gate, &mut s.up, &mut s.proj[..n * h]),
+                Ffn::Dense(m) => mlp_forward(
+                    m,
+                    n,
+                    &s.xn[..n * h],
+                    &mut s.gate,
+                    &mut s.up,
+                    &mut s.proj[..n * h],
+                ),
                 Ffn::Moe(moe) => moe_forward(moe, n, h, s),
             }
             add_into(&mut s.x[..n * h], &s.proj[..n * h]);
         }
         let first = n - rows;
-        norm_rows(&s.x[first * h..n * h], &self.norm, self.rms_norm_eps, &mut s.xn[..rows * h]);
+        norm_rows(
+            &s.x[first * h..n * h],
+            &self.norm,
+            self.rms_norm_eps,
+            &mut s.xn[..rows * h],
+        );
         let v = info.vocab_size;
-        self.lm_head.forward(&s.xn[..rows * h], rows, &mut s.logits[..rows * v]);
+        self.lm_head
+            .forward(&s.xn[..rows * h], rows, &mut s.logits[..rows * v]);
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn attention(&self, li: usize, a: &Attention, n: usize, start: usize, kv: &mut KvCache, s: &mut Scratch, positions: PositionLoop) {
+    fn attention(
+        &self,
+        li: usize,
+        a: &Attention,
+        n: usize,
+        start: usize,
+        kv: &mut KvCache,
+        s: &mut Scratch,
+        positions: PositionLoop,
+    ) {
         let info = &self.info;
-        let (h, hd, nh, nkv) = (info.hidden_size, info.head_dim, info.n_heads, info.n_kv_heads);
+        let (h, hd, nh, nkv) = (
+            info.hidden_size,
+            info.head_dim,
+            info.n_heads,
+            info.n_kv_heads,
+        );
         let (qd, kvd) = (nh * hd, nkv * hd);
         let xn = &s.xn[..n * h];
         a.q_proj.forward(xn, n, &mut s.q[..n * qd]);
@@ -315,7 +379,7 @@ impl Transformer {
         // RoPE on q and k, then the KV writes, per position.
         let kc = &mut kv.keys[li][start * kvd..(start + n) * kvd];
         let vc = &mut kv.values[li][start * kvd..(start + n) * kvd];
-        let work = |(t, (((q, k), v), (kc, vc))): (usize, (((&mut [f32], &mut [f32]), &[f32]), (&mut [f32], &mut [f32])))| {
+        let work = |(t, (((q, k), v), (kc, vc))): PositionItem| {
             rope_position(&self.rope, self.rope_layout, start + t, hd, q, k);
             kc.copy_from_slice(k);
             vc.copy_from_slice(v);
@@ -355,14 +419,28 @@ impl Transformer {
                     offset: (head / group) * hd,
                     head_dim: hd,
                 };
-                attend(&q[t * qd + head * hd..][..hd], view, start + t + 1, scale, scores, out);
+                attend(
+                    &q[t * qd + head * hd..][..hd],
+                    view,
+                    start + t + 1,
+                    scale,
+                    scores,
+                    out,
+                );
             });
         a.o_proj.forward(&s.attn[..n * qd], n, &mut s.proj[..n * h]);
     }
 }
 
 /// RoPE for one position: every query head and every key head.
-fn rope_position(rope: &RopeTable, layout: RopeLayout, pos: usize, hd: usize, q: &mut [f32], k: &mut [f32]) {
+fn rope_position(
+    rope: &RopeTable,
+    layout: RopeLayout,
+    pos: usize,
+    hd: usize,
+    q: &mut [f32],
+    k: &mut [f32],
+) {
     let half = rope.rot_dim() / 2;
     assert!(half <= MAX_ROT_HALF);
     let mut cos = [0.0f32; MAX_ROT_HALF];
@@ -407,7 +485,8 @@ fn mlp_forward(m: &Mlp, n: usize, xs: &[f32], gate: &mut [f32], up: &mut [f32], 
 fn moe_forward(moe: &Moe, n: usize, h: usize, s: &mut Scratch) {
     let e = moe.experts.len();
     let k = moe.top_k;
-    moe.router.forward(&s.xn[..n * h], n, &mut s.router_logits[..n * e]);
+    moe.router
+        .forward(&s.xn[..n * h], n, &mut s.router_logits[..n * e]);
     for t in 0..n {
         softmax_top_k(
             &s.router_logits[t * e..(t + 1) * e],
@@ -444,7 +523,14 @@ fn moe_forward(moe: &Moe, n: usize, h: usize, s: &mut Scratch) {
             let t = slot / k;
             s.gathered[j * h..(j + 1) * h].copy_from_slice(&s.xn[t * h..(t + 1) * h]);
         }
-        mlp_forward(&moe.experts[ex], m, &s.gathered[..m * h], &mut s.gate, &mut s.up, &mut s.expert_y[..m * h]);
+        mlp_forward(
+            &moe.experts[ex],
+            m,
+            &s.gathered[..m * h],
+            &mut s.gate,
+            &mut s.up,
+            &mut s.expert_y[..m * h],
+        );
         for (j, &slot) in s.slots[begin..end].iter().enumerate() {
             s.expert_out[slot * h..(slot + 1) * h].copy_from_slice(&s.expert_y[j * h..(j + 1) * h]);
         }
@@ -473,26 +559,48 @@ pub mod load {
 
     /// Checks head counts against each other and returns `head_dim`
     /// (explicit, or `hidden / n_heads`); errors name the config key.
-    pub fn head_dim(dir: &ModelDir, hidden: usize, n_heads: usize, n_kv_heads: usize, explicit: Option<usize>) -> Result<usize> {
+    pub fn head_dim(
+        dir: &ModelDir,
+        hidden: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        explicit: Option<usize>,
+    ) -> Result<usize> {
         let c = &dir.config;
         if n_heads == 0 {
             return Err(c.error("num_attention_heads", "must be positive").into());
         }
-        if n_kv_heads == 0 || n_heads % n_kv_heads != 0 {
+        if n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
             return Err(c
-                .error("num_key_value_heads", format!("{n_kv_heads} must be positive and divide num_attention_heads = {n_heads}"))
+                .error(
+                    "num_key_value_heads",
+                    format!(
+                        "{n_kv_heads} must be positive and divide num_attention_heads = {n_heads}"
+                    ),
+                )
                 .into());
         }
         let hd = explicit.unwrap_or(hidden / n_heads);
-        if hd == 0 || hd % 2 != 0 {
-            return Err(c.error("head_dim", format!("{hd} must be even and positive")).into());
+        if hd == 0 || !hd.is_multiple_of(2) {
+            return Err(c
+                .error("head_dim", format!("{hd} must be even and positive"))
+                .into());
         }
         Ok(hd)
     }
 
     /// `{prefix}.{q,k,v,o}_proj` with optional biases.
-    pub fn attention(dir: &ModelDir, prefix: &str, info: &ModelInfo, bias: bool) -> Result<Attention> {
-        let (h, qd, kvd) = (info.hidden_size, info.n_heads * info.head_dim, info.n_kv_heads * info.head_dim);
+    pub fn attention(
+        dir: &ModelDir,
+        prefix: &str,
+        info: &ModelInfo,
+        bias: bool,
+    ) -> Result<Attention> {
+        let (h, qd, kvd) = (
+            info.hidden_size,
+            info.n_heads * info.head_dim,
+            info.n_kv_heads * info.head_dim,
+        );
         Ok(Attention {
             q_proj: Linear::load_prefixed(dir, &format!("{prefix}.q_proj"), qd, h, bias)?,
             k_proj: Linear::load_prefixed(dir, &format!("{prefix}.k_proj"), kvd, h, bias)?,
@@ -504,7 +612,13 @@ pub mod load {
     }
 
     /// A SwiGLU MLP from the three projection names.
-    pub fn mlp(dir: &ModelDir, [gate, up, down]: [&str; 3], hidden: usize, inter: usize, bias: bool) -> Result<Mlp> {
+    pub fn mlp(
+        dir: &ModelDir,
+        [gate, up, down]: [&str; 3],
+        hidden: usize,
+        inter: usize,
+        bias: bool,
+    ) -> Result<Mlp> {
         Ok(Mlp {
             gate_proj: Linear::load_prefixed(dir, gate, inter, hidden, bias)?,
             up_proj: Linear::load_prefixed(dir, up, inter, hidden, bias)?,
@@ -513,7 +627,13 @@ pub mod load {
     }
 
     /// The embedding and the LM head (tied: the head reads the embedding's bytes).
-    pub fn embeddings(dir: &ModelDir, embed: &str, head: &str, info: &ModelInfo, tied: bool) -> Result<(Linear, Linear)> {
+    pub fn embeddings(
+        dir: &ModelDir,
+        embed: &str,
+        head: &str,
+        info: &ModelInfo,
+        tied: bool,
+    ) -> Result<(Linear, Linear)> {
         let e = Linear::load(dir, embed, info.vocab_size, info.hidden_size)?;
         let head = if tied && !dir.has(head) {
             e.clone()

@@ -18,7 +18,10 @@ use serde_json::{json, Value};
 use crate::error::{ModelError, Result};
 
 fn err(path: &Path, msg: impl Into<String>) -> ModelError {
-    ModelError::Import { path: path.to_path_buf(), msg: msg.into() }
+    ModelError::Import {
+        path: path.to_path_buf(),
+        msg: msg.into(),
+    }
 }
 
 /// Undoes llama.cpp's permutation of Q/K rows: within each head, GGUF row `2j + i`
@@ -32,7 +35,8 @@ pub fn unpermute_rows(data: &[f32], n_heads: usize, rows: usize, cols: usize) ->
             for j in 0..half {
                 let src = h * hd + 2 * j + i;
                 let dst = h * hd + i * half + j;
-                out[dst * cols..(dst + 1) * cols].copy_from_slice(&data[src * cols..(src + 1) * cols]);
+                out[dst * cols..(dst + 1) * cols]
+                    .copy_from_slice(&data[src * cols..(src + 1) * cols]);
             }
         }
     }
@@ -69,45 +73,80 @@ pub fn hf_tensor_name(gguf_name: &str) -> Option<String> {
 }
 
 fn meta_u(f: &GgufFile, key: &str) -> Result<usize> {
-    f.meta(key)?.as_u64().map(|v| v as usize).ok_or_else(|| err(&f.path, format!("metadata \"{key}\" is not an integer")))
+    f.meta(key)?
+        .as_u64()
+        .map(|v| v as usize)
+        .ok_or_else(|| err(&f.path, format!("metadata \"{key}\" is not an integer")))
 }
 
 fn meta_str_list(f: &GgufFile, key: &str) -> Result<Vec<String>> {
     f.meta(key)?
         .as_array()
-        .and_then(|a| a.iter().map(|v| v.as_str().map(str::to_string)).collect::<Option<Vec<_>>>())
-        .ok_or_else(|| err(&f.path, format!("metadata \"{key}\" is not a list of strings")))
+        .and_then(|a| {
+            a.iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| {
+            err(
+                &f.path,
+                format!("metadata \"{key}\" is not a list of strings"),
+            )
+        })
 }
 
 /// Builds `tokenizer.json` for a GGUF byte-level BPE (`tokenizer.ggml.model = "gpt2"`).
 pub fn tokenizer_json(f: &GgufFile) -> Result<Value> {
     let model = f.meta("tokenizer.ggml.model")?.as_str().unwrap_or("");
     if model != "gpt2" {
-        return Err(err(&f.path, format!("tokenizer model \"{model}\" is not supported (supported: gpt2 byte-level BPE)")));
+        return Err(err(
+            &f.path,
+            format!(
+                "tokenizer model \"{model}\" is not supported (supported: gpt2 byte-level BPE)"
+            ),
+        ));
     }
     let tokens = meta_str_list(f, "tokenizer.ggml.tokens")?;
     let merges = meta_str_list(f, "tokenizer.ggml.merges")?;
     let types: Vec<i128> = match f.metadata.get("tokenizer.ggml.token_type") {
-        Some(GgufValue::Array(a)) => a.iter().map(|v| if let GgufValue::Int(i) = v { *i } else { 1 }).collect(),
+        Some(GgufValue::Array(a)) => a
+            .iter()
+            .map(|v| if let GgufValue::Int(i) = v { *i } else { 1 })
+            .collect(),
         _ => vec![1; tokens.len()],
     };
-    let pre = f.metadata.get("tokenizer.ggml.pre").and_then(GgufValue::as_str).unwrap_or("default");
+    let pre = f
+        .metadata
+        .get("tokenizer.ggml.pre")
+        .and_then(GgufValue::as_str)
+        .unwrap_or("default");
     let byte_level = json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true});
     // llama.cpp's pre-tokenizer types, as the equivalent `tokenizers` pipeline.
     let pre_tokenizer = match pre {
         "smollm" => json!({"type": "Sequence", "pretokenizers": [
             {"type": "Digits", "individual_digits": true}, byte_level]}),
         "default" | "gpt-2" | "gpt2" => byte_level,
-        other => return Err(err(&f.path, format!("pre-tokenizer \"{other}\" is not supported (supported: smollm, gpt-2)"))),
+        other => {
+            return Err(err(
+                &f.path,
+                format!("pre-tokenizer \"{other}\" is not supported (supported: smollm, gpt-2)"),
+            ))
+        }
     };
-    let vocab: serde_json::Map<String, Value> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), json!(i))).collect();
+    let vocab: serde_json::Map<String, Value> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), json!(i)))
+        .collect();
     // Control (3) and user-defined (4) tokens are matched whole, before BPE.
     let added: Vec<Value> = tokens
         .iter()
         .enumerate()
         .filter(|(i, _)| matches!(types.get(*i), Some(3) | Some(4)))
-        .map(|(i, t)| json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
-                             "normalized": false, "special": types[i] == 3}))
+        .map(|(i, t)| {
+            json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
+                             "normalized": false, "special": types[i] == 3})
+        })
         .collect();
     Ok(json!({
         "version": "1.0", "truncation": null, "padding": null,
@@ -129,20 +168,40 @@ pub fn import_gguf(gguf: &Path, out: &Path, mut progress: impl FnMut(usize, usiz
         return Err(err(out, "already exists; refusing to overwrite"));
     }
     let f = GgufFile::open(gguf)?;
-    let arch = f.meta("general.architecture")?.as_str().unwrap_or("").to_string();
+    let arch = f
+        .meta("general.architecture")?
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     if arch != "llama" {
-        return Err(err(gguf, format!("architecture \"{arch}\" is not supported for import (supported: llama)")));
+        return Err(err(
+            gguf,
+            format!("architecture \"{arch}\" is not supported for import (supported: llama)"),
+        ));
     }
     let k = |s: &str| format!("{arch}.{s}");
     let hidden = meta_u(&f, &k("embedding_length"))?;
     let n_heads = meta_u(&f, &k("attention.head_count"))?;
-    let n_kv = f.metadata.get(&k("attention.head_count_kv")).and_then(GgufValue::as_u64).map(|v| v as usize).unwrap_or(n_heads);
+    let n_kv = f
+        .metadata
+        .get(&k("attention.head_count_kv"))
+        .and_then(GgufValue::as_u64)
+        .map(|v| v as usize)
+        .unwrap_or(n_heads);
     let n_layers = meta_u(&f, &k("block_count"))?;
     let tokens = meta_str_list(&f, "tokenizer.ggml.tokens")?;
-    let get_f = |key: &str, d: f64| f.metadata.get(&k(key)).and_then(GgufValue::as_f64).unwrap_or(d);
+    let get_f = |key: &str, d: f64| {
+        f.metadata
+            .get(&k(key))
+            .and_then(GgufValue::as_f64)
+            .unwrap_or(d)
+    };
     let tied = f.tensor("output.weight").is_none();
     let tok_id = |key: &str| f.metadata.get(key).and_then(GgufValue::as_u64);
-    let (bos, eos) = (tok_id("tokenizer.ggml.bos_token_id"), tok_id("tokenizer.ggml.eos_token_id"));
+    let (bos, eos) = (
+        tok_id("tokenizer.ggml.bos_token_id"),
+        tok_id("tokenizer.ggml.eos_token_id"),
+    );
     let config = json!({
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -176,14 +235,23 @@ pub fn import_gguf(gguf: &Path, out: &Path, mut progress: impl FnMut(usize, usiz
         "clean_up_tokenization_spaces": false,
         "model_max_length": config["max_position_embeddings"],
     });
-    if let Some(t) = f.metadata.get("tokenizer.chat_template").and_then(GgufValue::as_str) {
+    if let Some(t) = f
+        .metadata
+        .get("tokenizer.chat_template")
+        .and_then(GgufValue::as_str)
+    {
         tok_cfg["chat_template"] = json!(t);
     }
 
     let mut tensors = BTreeMap::new();
     let total = f.tensors.len();
     for (i, t) in f.tensors.iter().enumerate() {
-        let name = hf_tensor_name(&t.name).ok_or_else(|| err(gguf, format!("tensor \"{}\" has no Llama equivalent", t.name)))?;
+        let name = hf_tensor_name(&t.name).ok_or_else(|| {
+            err(
+                gguf,
+                format!("tensor \"{}\" has no Llama equivalent", t.name),
+            )
+        })?;
         let shape = t.shape();
         let mut data = f.dequantize(t);
         if t.name.ends_with("attn_q.weight") {
@@ -191,23 +259,50 @@ pub fn import_gguf(gguf: &Path, out: &Path, mut progress: impl FnMut(usize, usiz
         } else if t.name.ends_with("attn_k.weight") {
             data = unpermute_rows(&data, n_kv, shape[0], shape[1]);
         }
-        let bytes = data.iter().flat_map(|&x| f32_to_bf16(x).to_le_bytes()).collect();
-        tensors.insert(name, TensorData { dtype: DType::BF16, shape, bytes });
+        let bytes = data
+            .iter()
+            .flat_map(|&x| f32_to_bf16(x).to_le_bytes())
+            .collect();
+        tensors.insert(
+            name,
+            TensorData {
+                dtype: DType::BF16,
+                shape,
+                bytes,
+            },
+        );
         progress(i + 1, total);
     }
 
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(|e| err(parent, e.to_string()))?;
     let tmp: PathBuf = coli_core::write::temp_path_for(out);
     std::fs::create_dir(&tmp).map_err(|e| err(&tmp, e.to_string()))?;
     let result = (|| -> Result<()> {
         let mut meta = BTreeMap::new();
         meta.insert("format".to_string(), "pt".to_string());
-        meta.insert("coli.source".to_string(), format!("gguf:{}", gguf.file_name().map(|s| s.to_string_lossy()).unwrap_or_default()));
+        meta.insert(
+            "coli.source".to_string(),
+            format!(
+                "gguf:{}",
+                gguf.file_name()
+                    .map(|s| s.to_string_lossy())
+                    .unwrap_or_default()
+            ),
+        );
         write_safetensors(&tmp.join("model.safetensors"), &tensors, &meta)?;
-        for (name, v) in [("config.json", &config), ("tokenizer.json", &tok_json), ("tokenizer_config.json", &tok_cfg)] {
+        for (name, v) in [
+            ("config.json", &config),
+            ("tokenizer.json", &tok_json),
+            ("tokenizer_config.json", &tok_cfg),
+        ] {
             let text = serde_json::to_string_pretty(v).expect("json");
-            write_atomic(&tmp.join(name), |w| std::io::Write::write_all(w, text.as_bytes()))?;
+            write_atomic(&tmp.join(name), |w| {
+                std::io::Write::write_all(w, text.as_bytes())
+            })?;
         }
         std::fs::rename(&tmp, out).map_err(|e| err(out, e.to_string()))
     })();
@@ -233,7 +328,8 @@ mod tests {
                 for i in 0..2 {
                     let src = h * hd + i * (hd / 2) + j;
                     let dst = h * hd + j * 2 + i;
-                    gguf[dst * cols..(dst + 1) * cols].copy_from_slice(&hf[src * cols..(src + 1) * cols]);
+                    gguf[dst * cols..(dst + 1) * cols]
+                        .copy_from_slice(&hf[src * cols..(src + 1) * cols]);
                 }
             }
         }
@@ -242,8 +338,14 @@ mod tests {
 
     #[test]
     fn names_map_to_llama() {
-        assert_eq!(hf_tensor_name("blk.12.attn_output.weight").unwrap(), "model.layers.12.self_attn.o_proj.weight");
-        assert_eq!(hf_tensor_name("token_embd.weight").unwrap(), "model.embed_tokens.weight");
+        assert_eq!(
+            hf_tensor_name("blk.12.attn_output.weight").unwrap(),
+            "model.layers.12.self_attn.o_proj.weight"
+        );
+        assert_eq!(
+            hf_tensor_name("token_embd.weight").unwrap(),
+            "model.embed_tokens.weight"
+        );
         assert!(hf_tensor_name("blk.x.attn_q.weight").is_none());
         assert!(hf_tensor_name("rope_freqs.weight").is_none());
     }

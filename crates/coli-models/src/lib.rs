@@ -15,6 +15,7 @@
 //! ```
 
 pub mod decoder;
+pub mod demo;
 pub mod error;
 pub mod gguf_import;
 pub mod llama;

@@ -57,7 +57,13 @@ fn default_max_pos() -> usize {
 pub fn load(dir: &ModelDir) -> Result<Transformer> {
     let cfg: LlamaConfig = dir.config.deserialize()?;
     let n_kv = cfg.num_key_value_heads.unwrap_or(cfg.num_attention_heads);
-    let head_dim = load::head_dim(dir, cfg.hidden_size, cfg.num_attention_heads, n_kv, cfg.head_dim)?;
+    let head_dim = load::head_dim(
+        dir,
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        n_kv,
+        cfg.head_dim,
+    )?;
     let info = ModelInfo {
         family: "Llama",
         model_type: dir.config.model_type()?.to_string(),
@@ -71,21 +77,39 @@ pub fn load(dir: &ModelDir) -> Result<Transformer> {
         eos_token_ids: dir.config.eos_token_ids()?,
     };
     let rope = dir.config.rope_parameters(10000.0)?;
-    let (embed_tokens, lm_head) = load::embeddings(dir, "model.embed_tokens.weight", "lm_head.weight", &info, cfg.tie_word_embeddings)?;
+    let (embed_tokens, lm_head) = load::embeddings(
+        dir,
+        "model.embed_tokens.weight",
+        "lm_head.weight",
+        &info,
+        cfg.tie_word_embeddings,
+    )?;
     let layers = (0..cfg.num_hidden_layers)
         .map(|i| {
             let p = format!("model.layers.{i}");
             Ok(Layer {
-                input_layernorm: load_vector(dir, &format!("{p}.input_layernorm.weight"), cfg.hidden_size)?,
-                attn: load::attention(dir, &format!("{p}.self_attn"), &info, cfg.attention_bias)?,
-                post_attention_layernorm: load_vector(dir, &format!("{p}.post_attention_layernorm.weight"), cfg.hidden_size)?,
-                ffn: Ffn::Dense(load::mlp(
+                input_layernorm: load_vector(
                     dir,
-                    [&format!("{p}.mlp.gate_proj"), &format!("{p}.mlp.up_proj"), &format!("{p}.mlp.down_proj")],
+                    &format!("{p}.input_layernorm.weight"),
+                    cfg.hidden_size,
+                )?,
+                attn: load::attention(dir, &format!("{p}.self_attn"), &info, cfg.attention_bias)?,
+                post_attention_layernorm: load_vector(
+                    dir,
+                    &format!("{p}.post_attention_layernorm.weight"),
+                    cfg.hidden_size,
+                )?,
+                ffn: Ffn::Dense(Box::new(load::mlp(
+                    dir,
+                    [
+                        &format!("{p}.mlp.gate_proj"),
+                        &format!("{p}.mlp.up_proj"),
+                        &format!("{p}.mlp.down_proj"),
+                    ],
                     cfg.hidden_size,
                     cfg.intermediate_size,
                     cfg.mlp_bias,
-                )?),
+                )?)),
             })
         })
         .collect::<Result<Vec<_>>>()?;

@@ -76,7 +76,10 @@ pub fn load(dir: &ModelDir) -> Result<Transformer> {
         return Err(c
             .error(
                 "num_experts_per_tok",
-                format!("{} must be between 1 and num_experts = {}", cfg.num_experts_per_tok, cfg.num_experts),
+                format!(
+                    "{} must be between 1 and num_experts = {}",
+                    cfg.num_experts_per_tok, cfg.num_experts
+                ),
             )
             .into());
     }
@@ -96,14 +99,29 @@ pub fn load(dir: &ModelDir) -> Result<Transformer> {
     };
     let rope = c.rope_parameters(10000.0)?;
     let h = cfg.hidden_size;
-    let (embed_tokens, lm_head) = load::embeddings(dir, "model.embed_tokens.weight", "lm_head.weight", &info, cfg.tie_word_embeddings)?;
+    let (embed_tokens, lm_head) = load::embeddings(
+        dir,
+        "model.embed_tokens.weight",
+        "lm_head.weight",
+        &info,
+        cfg.tie_word_embeddings,
+    )?;
     let layers = (0..cfg.num_hidden_layers)
         .map(|i| {
             let p = format!("model.layers.{i}");
-            let mut attn = load::attention(dir, &format!("{p}.self_attn"), &info, cfg.attention_bias)?;
+            let mut attn =
+                load::attention(dir, &format!("{p}.self_attn"), &info, cfg.attention_bias)?;
             attn.qk_norm = QkNorm::FullProjection {
-                q: load_vector(dir, &format!("{p}.self_attn.q_norm.weight"), cfg.num_attention_heads * head_dim)?,
-                k: load_vector(dir, &format!("{p}.self_attn.k_norm.weight"), n_kv * head_dim)?,
+                q: load_vector(
+                    dir,
+                    &format!("{p}.self_attn.q_norm.weight"),
+                    cfg.num_attention_heads * head_dim,
+                )?,
+                k: load_vector(
+                    dir,
+                    &format!("{p}.self_attn.k_norm.weight"),
+                    n_kv * head_dim,
+                )?,
             };
             attn.clip_qkv = cfg.clip_qkv.map(|v| v as f32);
             let experts = (0..cfg.num_experts)
@@ -111,7 +129,11 @@ pub fn load(dir: &ModelDir) -> Result<Transformer> {
                     let ep = format!("{p}.mlp.experts.{e}");
                     load::mlp(
                         dir,
-                        [&format!("{ep}.gate_proj"), &format!("{ep}.up_proj"), &format!("{ep}.down_proj")],
+                        [
+                            &format!("{ep}.gate_proj"),
+                            &format!("{ep}.up_proj"),
+                            &format!("{ep}.down_proj"),
+                        ],
                         h,
                         cfg.intermediate_size,
                         false,
@@ -121,7 +143,11 @@ pub fn load(dir: &ModelDir) -> Result<Transformer> {
             Ok(Layer {
                 input_layernorm: load_vector(dir, &format!("{p}.input_layernorm.weight"), h)?,
                 attn,
-                post_attention_layernorm: load_vector(dir, &format!("{p}.post_attention_layernorm.weight"), h)?,
+                post_attention_layernorm: load_vector(
+                    dir,
+                    &format!("{p}.post_attention_layernorm.weight"),
+                    h,
+                )?,
                 ffn: Ffn::Moe(Moe {
                     router: Linear::load(dir, &format!("{p}.mlp.gate.weight"), cfg.num_experts, h)?,
                     experts,

@@ -39,7 +39,11 @@ pub static FAMILIES: &[FamilyDescriptor] = &[
     FamilyDescriptor {
         model_types: &["llama"],
         display_name: "Llama",
-        capabilities: &[Capability::Dense, Capability::Gqa, Capability::TiedEmbeddings],
+        capabilities: &[
+            Capability::Dense,
+            Capability::Gqa,
+            Capability::TiedEmbeddings,
+        ],
         load: crate::llama::load,
     },
     FamilyDescriptor {
@@ -52,7 +56,11 @@ pub static FAMILIES: &[FamilyDescriptor] = &[
 
 /// All supported `model_type` spellings, comma-separated.
 pub fn supported_model_types() -> String {
-    FAMILIES.iter().flat_map(|f| f.model_types.iter().copied()).collect::<Vec<_>>().join(", ")
+    FAMILIES
+        .iter()
+        .flat_map(|f| f.model_types.iter().copied())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The descriptor for a `model_type`, or the "unsupported" error listing the alternatives.

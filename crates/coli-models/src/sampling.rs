@@ -18,7 +18,12 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 }
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 0,
+        }
     }
 }
 
@@ -44,7 +49,11 @@ impl Sampler {
     /// A sampler for these settings.
     pub fn new(params: SamplingParams) -> Sampler {
         let rng = ChaCha8Rng::seed_from_u64(params.seed);
-        Sampler { params, rng, candidates: Vec::new() }
+        Sampler {
+            params,
+            rng,
+            candidates: Vec::new(),
+        }
     }
 
     /// The settings.
@@ -60,7 +69,12 @@ impl Sampler {
         }
         let c = &mut self.candidates;
         c.clear();
-        c.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l / p.temperature)));
+        c.extend(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (i as u32, l / p.temperature)),
+        );
         // Descending by logit, ties to the lower id: a total order, so the result is deterministic.
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if p.top_k > 0 && p.top_k < c.len() {
@@ -98,6 +112,11 @@ impl Sampler {
     }
 }
 
+/// `log(sum(exp(x)))` in f64 (for negative log-likelihoods).
+pub fn log_sum_exp(x: &[f32]) -> f64 {
+    coli_kernels::softmax::log_sum_exp(x)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,7 +130,12 @@ mod tests {
     #[test]
     fn seeded_sampling_is_reproducible_and_respects_top_k() {
         let logits: Vec<f32> = (0..100).map(|i| (i as f32 * 0.37).sin()).collect();
-        let params = SamplingParams { temperature: 1.0, top_k: 5, top_p: 1.0, seed: 42 };
+        let params = SamplingParams {
+            temperature: 1.0,
+            top_k: 5,
+            top_p: 1.0,
+            seed: 42,
+        };
         let (mut a, mut b) = (Sampler::new(params.clone()), Sampler::new(params));
         let mut top5: Vec<u32> = (0..100u32).collect();
         top5.sort_by(|&x, &y| logits[y as usize].total_cmp(&logits[x as usize]));
@@ -131,7 +155,12 @@ mod tests {
         // One token holds ~99.9% of the mass: top_p 0.5 must always pick it.
         let mut logits = vec![0.0f32; 10];
         logits[3] = 10.0;
-        let mut s = Sampler::new(SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.5, seed: 1 });
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 0.5,
+            seed: 1,
+        });
         for _ in 0..100 {
             assert_eq!(s.sample(&logits), 3);
         }
@@ -141,15 +170,15 @@ mod tests {
     fn sampling_follows_the_distribution() {
         // logits ln(1), ln(3): probabilities 1/4 and 3/4.
         let logits = [0.0f32, 3f32.ln()];
-        let mut s = Sampler::new(SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 7 });
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 7,
+        });
         let n = 20000;
         let ones = (0..n).filter(|_| s.sample(&logits) == 1).count();
         let frac = ones as f64 / n as f64;
         assert!((frac - 0.75).abs() < 0.02, "{frac}");
     }
-}
-
-/// `log(sum(exp(x)))` in f64 (for negative log-likelihoods).
-pub fn log_sum_exp(x: &[f32]) -> f64 {
-    coli_kernels::softmax::log_sum_exp(x)
 }

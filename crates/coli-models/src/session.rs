@@ -115,10 +115,24 @@ impl<'m> Session<'m> {
         self.check_tokens(tokens)?;
         let needed = self.pos + tokens.len();
         if needed > self.kv.capacity {
-            return Err(ModelError::ContextFull { needed, capacity: self.kv.capacity });
+            return Err(ModelError::ContextFull {
+                needed,
+                capacity: self.kv.capacity,
+            });
         }
-        let mode = if all_logits { LogitsFor::All } else { LogitsFor::Last };
-        self.model.forward(tokens, self.pos, &mut self.kv, &mut self.scratch, mode, self.positions);
+        let mode = if all_logits {
+            LogitsFor::All
+        } else {
+            LogitsFor::Last
+        };
+        self.model.forward(
+            tokens,
+            self.pos,
+            &mut self.kv,
+            &mut self.scratch,
+            mode,
+            self.positions,
+        );
         self.pos = needed;
         let rows = if all_logits { tokens.len() } else { 1 };
         Ok(&self.scratch.logits[..rows * self.model.info.vocab_size])

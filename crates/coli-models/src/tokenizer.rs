@@ -43,10 +43,13 @@ impl TextTokenizer {
                 path.display()
             )));
         }
-        let inner = tokenizers::Tokenizer::from_file(&path).map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
+        let inner = tokenizers::Tokenizer::from_file(&path)
+            .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
         let cfg_path = dir.join("tokenizer_config.json");
         let cfg: Value = match std::fs::read_to_string(&cfg_path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| ModelError::Tokenizer(format!("{}: not valid JSON: {e}", cfg_path.display())))?,
+            Ok(text) => serde_json::from_str(&text).map_err(|e| {
+                ModelError::Tokenizer(format!("{}: not valid JSON: {e}", cfg_path.display()))
+            })?,
             Err(_) => Value::Null,
         };
         let chat_template = match cfg.get("chat_template") {
@@ -69,13 +72,18 @@ impl TextTokenizer {
 
     /// Text to ids. Special tokens written in the text (e.g. `<|im_start|>`) are recognised.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self.inner.encode(text, false).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
 
     /// Ids to text.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        self.inner.decode(ids, skip_special).map_err(|e| ModelError::Tokenizer(e.to_string()))
+        self.inner
+            .decode(ids, skip_special)
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))
     }
 
     /// The id of a token string, if it exists.
@@ -94,30 +102,44 @@ impl TextTokenizer {
     }
 
     /// Renders the chat template over `messages`.
-    pub fn apply_chat_template(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
-        let template = self
-            .chat_template
-            .as_deref()
-            .ok_or_else(|| ModelError::Template("tokenizer_config.json has no chat_template".into()))?;
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let template = self.chat_template.as_deref().ok_or_else(|| {
+            ModelError::Template("tokenizer_config.json has no chat_template".into())
+        })?;
         let mut env = minijinja::Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
-        });
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> std::result::Result<String, minijinja::Error> {
+                Err(minijinja::Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    msg,
+                ))
+            },
+        );
         let ctx = minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.clone().unwrap_or_default(),
             eos_token => self.eos_token.clone().unwrap_or_default(),
         };
-        env.render_str(template, ctx).map_err(|e| ModelError::Template(e.to_string()))
+        env.render_str(template, ctx)
+            .map_err(|e| ModelError::Template(e.to_string()))
     }
 
     /// An incremental decoder for streaming output.
     pub fn stream(&self) -> TokenStream<'_> {
-        TokenStream { tok: self, ids: Vec::new(), emitted: 0 }
+        TokenStream {
+            tok: self,
+            ids: Vec::new(),
+            emitted: 0,
+        }
     }
 }
 
@@ -134,7 +156,10 @@ impl TokenStream<'_> {
         self.ids.push(id);
         let text = self.tok.decode(&self.ids, true)?;
         // An incomplete multi-byte character decodes as U+FFFD at the end: wait for more.
-        if text.ends_with('\u{fffd}') || text.len() < self.emitted || !text.is_char_boundary(self.emitted) {
+        if text.ends_with('\u{fffd}')
+            || text.len() < self.emitted
+            || !text.is_char_boundary(self.emitted)
+        {
             return Ok(String::new());
         }
         let new = text[self.emitted..].to_string();

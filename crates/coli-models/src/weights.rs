@@ -31,11 +31,23 @@ impl Linear {
     pub fn load(dir: &ModelDir, name: &str, rows: usize, cols: usize) -> Result<Linear> {
         let view = dir.tensor_shaped(name, &[rows, cols])?;
         let fmt = wformat(view.dtype()?);
-        Ok(Linear { view, fmt, rows, cols, bias: None })
+        Ok(Linear {
+            view,
+            fmt,
+            rows,
+            cols,
+            bias: None,
+        })
     }
 
     /// Loads `{prefix}.weight` and, if `bias`, `{prefix}.bias`.
-    pub fn load_prefixed(dir: &ModelDir, prefix: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear> {
+    pub fn load_prefixed(
+        dir: &ModelDir,
+        prefix: &str,
+        rows: usize,
+        cols: usize,
+        bias: bool,
+    ) -> Result<Linear> {
         let mut l = Linear::load(dir, &format!("{prefix}.weight"), rows, cols)?;
         if bias {
             l.bias = Some(load_vector(dir, &format!("{prefix}.bias"), rows)?);

