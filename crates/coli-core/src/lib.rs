@@ -19,4 +19,4 @@ pub mod write;
 pub use config::{RawConfig, RopeParameters, RopeScaling};
 pub use dtype::DType;
 pub use error::{CoreError, Result};
-pub use model_dir::{ModelDir, TensorView};
+pub use model_dir::{make_resident, ModelDir, TensorView};

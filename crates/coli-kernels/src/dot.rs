@@ -85,6 +85,20 @@ pub fn dot_scalar(fmt: WFormat, row: &[u8], x: &[f32]) -> f32 {
 /// If a row's length does not match `x`, or `isa` is not available on this CPU.
 #[inline]
 pub fn dot_rows<const R: usize>(isa: Isa, fmt: WFormat, rows: [&[u8]; R], x: &[f32]) -> [f32; R] {
+    dot_rows_prefetch(isa, fmt, rows, x, &[])
+}
+
+/// [`dot_rows`], also prefetching `next` (the bytes the caller reads after these rows) into
+/// cache while computing: rows are short streams that the hardware prefetcher picks up too
+/// late. A hint only; it never changes a result.
+#[inline]
+pub fn dot_rows_prefetch<const R: usize>(
+    isa: Isa,
+    fmt: WFormat,
+    rows: [&[u8]; R],
+    x: &[f32],
+    next: &[u8],
+) -> [f32; R] {
     for r in rows {
         assert_eq!(
             r.len(),
@@ -98,13 +112,13 @@ pub fn dot_rows<const R: usize>(isa: Isa, fmt: WFormat, rows: [&[u8]; R], x: &[f
         Isa::Avx2 => {
             assert!(crate::cpu::supports(Isa::Avx2));
             // SAFETY: the CPU supports AVX2+FMA+F16C (checked above, cached by std); row lengths checked.
-            unsafe { x86::dot_rows_avx2(fmt, rows, x) }
+            unsafe { x86::dot_rows_avx2(fmt, rows, x, next) }
         }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => {
             assert!(crate::cpu::supports(Isa::Avx512));
             // SAFETY: the CPU supports AVX-512F and the AVX2 set (checked above); row lengths checked.
-            unsafe { x86::dot_rows_avx512(fmt, rows, x) }
+            unsafe { x86::dot_rows_avx512(fmt, rows, x, next) }
         }
         #[cfg(not(target_arch = "x86_64"))]
         _ => rows.map(|r| dot_scalar(fmt, r, x)),
@@ -132,11 +146,24 @@ mod x86 {
     use super::{reduce_lanes, tail, WFormat, LANES};
     use std::arch::x86_64::*;
 
+    /// Prefetches the `lines` cache lines of `next` that belong to iteration `i / LANES`.
+    #[inline(always)]
+    unsafe fn prefetch_next(next: &[u8], i: usize, lines: usize) {
+        let start = (i / LANES) * lines * 64;
+        for l in 0..lines {
+            let off = start + l * 64;
+            if off < next.len() {
+                _mm_prefetch::<_MM_HINT_T0>(next.as_ptr().add(off).cast());
+            }
+        }
+    }
+
     macro_rules! avx2_loop {
-        ($rows:expr, $x:expr, $main:expr, $acc:expr, $load:expr) => {{
+        ($next:expr, $lines:expr, $rows:expr, $x:expr, $main:expr, $acc:expr, $load:expr) => {{
             let xp = $x.as_ptr();
             let mut i = 0;
             while i < $main {
+                prefetch_next($next, i, $lines);
                 let x0 = _mm256_loadu_ps(xp.add(i));
                 let x1 = _mm256_loadu_ps(xp.add(i + 8));
                 for r in 0..$rows.len() {
@@ -161,25 +188,34 @@ mod x86 {
         fmt: WFormat,
         rows: [&[u8]; R],
         x: &[f32],
+        next: &[u8],
     ) -> [f32; R] {
+        // Each iteration consumes LANES elements of R rows: R * size * LANES / 64 cache lines.
+        let lines = (R * fmt.size() * LANES).div_ceil(64);
         let main = x.len() / LANES * LANES;
         let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
         match fmt {
-            WFormat::F32 => avx2_loop!(rows, x, main, acc, |p: *const u8, i: usize| {
-                let p = p.cast::<f32>().add(i);
-                (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
-            }),
-            WFormat::BF16 => avx2_loop!(rows, x, main, acc, |p: *const u8, i: usize| {
-                let p = p.add(2 * i);
-                (bf16x8(p), bf16x8(p.add(16)))
-            }),
-            WFormat::F16 => avx2_loop!(rows, x, main, acc, |p: *const u8, i: usize| {
-                let p = p.add(2 * i);
-                (
-                    _mm256_cvtph_ps(_mm_loadu_si128(p.cast())),
-                    _mm256_cvtph_ps(_mm_loadu_si128(p.add(16).cast())),
-                )
-            }),
+            WFormat::F32 => {
+                avx2_loop!(next, lines, rows, x, main, acc, |p: *const u8, i: usize| {
+                    let p = p.cast::<f32>().add(i);
+                    (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
+                })
+            }
+            WFormat::BF16 => {
+                avx2_loop!(next, lines, rows, x, main, acc, |p: *const u8, i: usize| {
+                    let p = p.add(2 * i);
+                    (bf16x8(p), bf16x8(p.add(16)))
+                })
+            }
+            WFormat::F16 => {
+                avx2_loop!(next, lines, rows, x, main, acc, |p: *const u8, i: usize| {
+                    let p = p.add(2 * i);
+                    (
+                        _mm256_cvtph_ps(_mm_loadu_si128(p.cast())),
+                        _mm256_cvtph_ps(_mm_loadu_si128(p.add(16).cast())),
+                    )
+                })
+            }
         }
         let mut out = [0.0; R];
         for r in 0..R {
@@ -193,10 +229,11 @@ mod x86 {
     }
 
     macro_rules! avx512_loop {
-        ($rows:expr, $x:expr, $main:expr, $acc:expr, $load:expr) => {{
+        ($next:expr, $lines:expr, $rows:expr, $x:expr, $main:expr, $acc:expr, $load:expr) => {{
             let xp = $x.as_ptr();
             let mut i = 0;
             while i < $main {
+                prefetch_next($next, i, $lines);
                 let xv = _mm512_loadu_ps(xp.add(i));
                 for r in 0..$rows.len() {
                     let w = $load($rows[r].as_ptr(), i);
@@ -212,33 +249,27 @@ mod x86 {
         fmt: WFormat,
         rows: [&[u8]; R],
         x: &[f32],
+        next: &[u8],
     ) -> [f32; R] {
+        let lines = (R * fmt.size() * LANES).div_ceil(64);
         let main = x.len() / LANES * LANES;
         let mut acc = [_mm512_setzero_ps(); R];
         match fmt {
             WFormat::F32 => {
-                avx512_loop!(
-                    rows,
-                    x,
-                    main,
-                    acc,
-                    |p: *const u8, i: usize| _mm512_loadu_ps(p.cast::<f32>().add(i))
-                )
+                avx512_loop!(next, lines, rows, x, main, acc, |p: *const u8, i: usize| {
+                    _mm512_loadu_ps(p.cast::<f32>().add(i))
+                })
             }
-            WFormat::BF16 => avx512_loop!(rows, x, main, acc, |p: *const u8, i: usize| {
-                let h = _mm256_loadu_si256(p.add(2 * i).cast());
-                _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
-            }),
+            WFormat::BF16 => {
+                avx512_loop!(next, lines, rows, x, main, acc, |p: *const u8, i: usize| {
+                    let h = _mm256_loadu_si256(p.add(2 * i).cast());
+                    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                })
+            }
             WFormat::F16 => {
-                avx512_loop!(
-                    rows,
-                    x,
-                    main,
-                    acc,
-                    |p: *const u8, i: usize| _mm512_cvtph_ps(_mm256_loadu_si256(
-                        p.add(2 * i).cast()
-                    ))
-                )
+                avx512_loop!(next, lines, rows, x, main, acc, |p: *const u8, i: usize| {
+                    _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * i).cast()))
+                })
             }
         }
         let mut out = [0.0; R];

@@ -8,7 +8,7 @@
 use rayon::prelude::*;
 
 use crate::cpu::{self, Isa};
-use crate::dot::{dot_rows, WFormat};
+use crate::dot::{dot_rows, dot_rows_prefetch, WFormat};
 
 /// A row-major weight matrix `[rows, cols]` in its stored format.
 #[derive(Clone, Copy, Debug)]
@@ -61,8 +61,12 @@ fn rows_block(isa: Isa, m: &MatRef, xs: &[f32], n_tok: usize, r0: usize, r1: usi
     let mut r = r0;
     while r + 4 <= r1 {
         let rows = [m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)];
+        // The next block of rows, prefetched while these are computed (last token only).
+        let w = k * m.fmt.size();
+        let next = &m.bytes[((r + 4) * w).min(r1 * w)..((r + 8) * w).min(r1 * w)];
         for t in 0..n_tok {
-            let v = dot_rows(isa, m.fmt, rows, &xs[t * k..(t + 1) * k]);
+            let hint = if t + 1 == n_tok { next } else { &[] };
+            let v = dot_rows_prefetch(isa, m.fmt, rows, &xs[t * k..(t + 1) * k], hint);
             for (j, val) in v.into_iter().enumerate() {
                 // SAFETY: t < n_tok and r + j < m.rows, inside `out`; rows r0..r1 belong to this task only.
                 unsafe { *out.0.add(t * m.rows + r + j) = val };

@@ -77,7 +77,9 @@ pub fn lookup(model_type: &str) -> Result<&'static FamilyDescriptor> {
 /// Builds the model of an opened directory through the registry.
 pub fn load_dir(dir: &ModelDir) -> Result<Transformer> {
     let family = lookup(dir.config.model_type()?)?;
-    (family.load)(dir)
+    let mut model = (family.load)(dir)?;
+    model.make_resident()?;
+    Ok(model)
 }
 
 /// Opens a model directory and loads it.

@@ -55,6 +55,17 @@ impl Linear {
         Ok(l)
     }
 
+    /// The stored tensor.
+    pub fn view(&self) -> &TensorView {
+        &self.view
+    }
+
+    /// Points the layer at another copy of the same bytes.
+    pub fn set_view(&mut self, view: TensorView) {
+        assert_eq!(view.bytes().len(), self.view.bytes().len());
+        self.view = view;
+    }
+
     /// The weight as a kernel matrix.
     pub fn mat(&self) -> MatRef<'_> {
         MatRef::new(self.fmt, self.view.bytes(), self.rows, self.cols)
