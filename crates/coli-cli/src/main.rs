@@ -74,6 +74,9 @@ struct RunArgs {
     /// Print a JSON summary as the last line.
     #[arg(long)]
     json: bool,
+    /// Keep generating past end-of-sequence tokens (for benchmarks).
+    #[arg(long)]
+    ignore_eos: bool,
 }
 
 #[derive(Args)]
@@ -212,6 +215,9 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
         if !stop.contains(&id) {
             stop.push(id);
         }
+    }
+    if a.ignore_eos {
+        stop.clear();
     }
     let mut session = Session::new(&model, prompt_ids.len() + a.max_tokens);
     session
