@@ -366,3 +366,41 @@ fn demo_model_says_paris_and_matches_transformers() {
     assert_eq!(ids(&v["generated_ids"]), want, "greedy ids vs transformers");
     assert_eq!(v["finish_reason"], "stop");
 }
+
+/// Shards listed in the index are also found in the directories of `COLI_MODEL_DIRS`.
+#[test]
+fn shards_are_found_through_coli_model_dirs() {
+    let r = Reference::load("llama_sharded_headdim");
+    let t = copy_fixture("llama_sharded_headdim");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let moved = "model-00002-of-00005.safetensors";
+    std::fs::rename(t.path().join(moved), elsewhere.path().join(moved)).unwrap();
+    let args = [
+        "eval",
+        "--model",
+        path_str(t.path()),
+        "--ids",
+        &csv(&r.ids()),
+        "--json",
+    ];
+    // Without the extra directory the shard is missing, and the error names it.
+    let out = Command::new(env!("CARGO_BIN_EXE_coli"))
+        .args(args)
+        .env_remove("COLI_MODEL_DIRS")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(moved));
+    let dirs = format!("/nonexistent:{}", elsewhere.path().display());
+    let out = Command::new(env!("CARGO_BIN_EXE_coli"))
+        .args(args)
+        .env("COLI_MODEL_DIRS", dirs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(ids(&last_json(&out)["tf_pred"]), ids(&r.json["tf_pred"]));
+}
