@@ -192,10 +192,10 @@ fn edit_config(dir: &Path, f: impl FnOnce(&mut Value)) {
     std::fs::write(&p, v.to_string()).unwrap();
 }
 
-#[test]
-fn bad_input_gets_a_clear_error_and_exit_code_2() {
-    let run = |dir: &Path| -> Vec<String> {
-        [
+/// `coli run` on `dir` must fail with exit code 2 and `needle` in its message.
+fn expect_run_error(dir: &Path, needle: &str) {
+    expect_error(
+        &[
             "run",
             "--model",
             path_str(dir),
@@ -203,104 +203,77 @@ fn bad_input_gets_a_clear_error_and_exit_code_2() {
             "1,2,3",
             "--max-tokens",
             "2",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    };
-    let args = |v: &Vec<String>| v.clone();
-    let as_refs = |v: &Vec<String>| -> Vec<String> { args(v) };
-
-    // Missing directory.
-    let missing = PathBuf::from("/nonexistent/coli-model");
-    let a = as_refs(&run(&missing));
-    expect_error(
-        &a.iter().map(String::as_str).collect::<Vec<_>>(),
-        "does not exist",
+        ],
+        needle,
     );
+}
 
-    // Truncated header: the length prefix promises more bytes than the file has.
-    let t = copy_fixture("llama_gqa");
-    let st = t.path().join("model.safetensors");
-    let bytes = std::fs::read(&st).unwrap();
-    std::fs::write(&st, &bytes[..100]).unwrap();
-    let a = run(t.path());
-    expect_error(
-        &a.iter().map(String::as_str).collect::<Vec<_>>(),
-        "invalid safetensors header",
-    );
-
-    // Corrupt header JSON.
-    let t = copy_fixture("llama_gqa");
-    let st = t.path().join("model.safetensors");
-    let mut bytes = std::fs::read(&st).unwrap();
-    bytes[8] = b'#';
-    std::fs::write(&st, &bytes).unwrap();
-    let a = run(t.path());
-    expect_error(
-        &a.iter().map(String::as_str).collect::<Vec<_>>(),
-        "not valid JSON",
-    );
-
-    // Missing tensor: rewrite the shard without one layer norm.
-    let t = copy_fixture("llama_gqa");
-    let dir = ModelDir::open(t.path()).unwrap();
+/// Rewrites a fixture's single shard without `skip`.
+fn drop_tensor(dir: &Path, skip: &str) {
+    let model = ModelDir::open(dir).unwrap();
     let mut tensors = std::collections::BTreeMap::new();
-    for name in dir.tensor_names() {
-        if name == "model.layers.1.input_layernorm.weight" {
-            continue;
-        }
-        let v = dir.tensor(name).unwrap();
+    for name in model.tensor_names().into_iter().filter(|n| *n != skip) {
+        let v = model.tensor(name).unwrap();
+        let dtype = DType::from_safetensors_name(&v.dtype_name).unwrap();
         tensors.insert(
             name.to_string(),
             TensorData {
-                dtype: DType::from_safetensors_name(&v.dtype_name).unwrap(),
+                dtype,
                 shape: v.shape.clone(),
                 bytes: v.bytes().to_vec(),
             },
         );
     }
-    drop(dir);
+    drop(model);
     write_safetensors(
-        &t.path().join("model.safetensors"),
+        &dir.join("model.safetensors"),
         &tensors,
         &Default::default(),
     )
     .unwrap();
-    let a = run(t.path());
-    expect_error(
-        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_exit_code_2() {
+    expect_run_error(&PathBuf::from("/nonexistent/coli-model"), "does not exist");
+
+    // Truncated file: the length prefix promises more header bytes than the file has.
+    let t = copy_fixture("llama_gqa");
+    let st = t.path().join("model.safetensors");
+    let bytes = std::fs::read(&st).unwrap();
+    std::fs::write(&st, &bytes[..100]).unwrap();
+    expect_run_error(t.path(), "invalid safetensors header");
+
+    // Corrupt header JSON.
+    let mut bytes = bytes.clone();
+    bytes[8] = b'#';
+    std::fs::write(&st, &bytes).unwrap();
+    expect_run_error(t.path(), "not valid JSON");
+
+    let t = copy_fixture("llama_gqa");
+    drop_tensor(t.path(), "model.layers.1.input_layernorm.weight");
+    expect_run_error(
+        t.path(),
         "tensor \"model.layers.1.input_layernorm.weight\" not found",
     );
 
     // Wrong shape: the config promises a wider MLP than the checkpoint has.
     let t = copy_fixture("llama_gqa");
     edit_config(t.path(), |v| v["intermediate_size"] = 100.into());
-    let a = run(t.path());
-    expect_error(
-        &a.iter().map(String::as_str).collect::<Vec<_>>(),
-        "expected shape [100, 64], found [128, 64]",
-    );
+    expect_run_error(t.path(), "expected shape [100, 64], found [128, 64]");
 
-    // Unknown model_type.
     let t = copy_fixture("llama_gqa");
     edit_config(t.path(), |v| v["model_type"] = "mamba9".into());
-    let a = run(t.path());
-    expect_error(
-        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+    expect_run_error(
+        t.path(),
         "unsupported model_type \"mamba9\" (supported: llama, olmoe)",
     );
 
-    // Impossible config value.
     let t = copy_fixture("olmoe_norm_topk");
     edit_config(t.path(), |v| v["num_experts_per_tok"] = 9.into());
-    let a = run(t.path());
-    expect_error(
-        &a.iter().map(String::as_str).collect::<Vec<_>>(),
-        "num_experts_per_tok",
-    );
+    expect_run_error(t.path(), "num_experts_per_tok");
 
-    // Prompt id out of the vocabulary.
+    // Ids out of the vocabulary; text without a tokenizer.
     let r = Reference::load("llama_gqa");
     expect_error(
         &[
@@ -318,8 +291,6 @@ fn bad_input_gets_a_clear_error_and_exit_code_2() {
         &["eval", "--model", path_str(&r.dir), "--ids", "999"],
         "out of the vocabulary",
     );
-
-    // Text prompt without a tokenizer.
     expect_error(
         &["run", "--model", path_str(&r.dir), "--prompt", "hi"],
         "tokenizer.json not found",
