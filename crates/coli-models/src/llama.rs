@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use crate::decoder::{load, Ffn, Layer, ModelInfo, Transformer};
 use crate::error::Result;
+use crate::registry::{Capability, Family};
 use crate::weights::load_vector;
 
 /// `config.json` of a Llama checkpoint (the keys coli reads).
@@ -53,8 +54,24 @@ fn default_max_pos() -> usize {
     2048
 }
 
+/// The Llama family.
+pub struct Llama;
+
+impl Family for Llama {
+    const MODEL_TYPES: &'static [&'static str] = &["llama"];
+    const DISPLAY_NAME: &'static str = "Llama";
+    const CAPABILITIES: &'static [Capability] = &[
+        Capability::Dense,
+        Capability::Gqa,
+        Capability::TiedEmbeddings,
+    ];
+    fn load(dir: &ModelDir) -> Result<Transformer> {
+        load(dir)
+    }
+}
+
 /// Loads a Llama checkpoint.
-pub fn load(dir: &ModelDir) -> Result<Transformer> {
+fn load(dir: &ModelDir) -> Result<Transformer> {
     let cfg: LlamaConfig = dir.config.deserialize()?;
     let n_kv = cfg.num_key_value_heads.unwrap_or(cfg.num_attention_heads);
     let head_dim = load::head_dim(

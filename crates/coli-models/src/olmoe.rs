@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use crate::decoder::{load, Ffn, Layer, ModelInfo, Moe, QkNorm, Transformer};
 use crate::error::Result;
+use crate::registry::{Capability, Family};
 use crate::weights::{load_vector, Linear};
 
 /// `config.json` of an OLMoE checkpoint (the keys coli reads).
@@ -65,8 +66,21 @@ fn default_max_pos() -> usize {
     4096
 }
 
+/// The OLMoE family.
+pub struct Olmoe;
+
+impl Family for Olmoe {
+    const MODEL_TYPES: &'static [&'static str] = &["olmoe"];
+    const DISPLAY_NAME: &'static str = "OLMoE";
+    const CAPABILITIES: &'static [Capability] =
+        &[Capability::Moe, Capability::Gqa, Capability::QkNorm];
+    fn load(dir: &ModelDir) -> Result<Transformer> {
+        load(dir)
+    }
+}
+
 /// Loads an OLMoE checkpoint.
-pub fn load(dir: &ModelDir) -> Result<Transformer> {
+fn load(dir: &ModelDir) -> Result<Transformer> {
     let cfg: OlmoeConfig = dir.config.deserialize()?;
     let c = &dir.config;
     if cfg.num_experts == 0 {

@@ -22,6 +22,29 @@ pub enum Capability {
     TiedEmbeddings,
 }
 
+/// A model family: what the registry needs to know about one `transformers` architecture.
+/// Each family file implements it on a unit struct; [`FAMILIES`] lists them once.
+pub trait Family {
+    /// `model_type` values that select this family.
+    const MODEL_TYPES: &'static [&'static str];
+    /// Human-readable name.
+    const DISPLAY_NAME: &'static str;
+    /// Capabilities.
+    const CAPABILITIES: &'static [Capability];
+    /// Builds the model from an opened directory (config checked, tensors shape-checked).
+    fn load(dir: &ModelDir) -> Result<Transformer>;
+}
+
+/// The descriptor of a family, for the table.
+pub const fn descriptor<F: Family>() -> FamilyDescriptor {
+    FamilyDescriptor {
+        model_types: F::MODEL_TYPES,
+        display_name: F::DISPLAY_NAME,
+        capabilities: F::CAPABILITIES,
+        load: F::load,
+    }
+}
+
 /// One family: its `model_type` spellings, its name, what it supports, its loader.
 pub struct FamilyDescriptor {
     /// `model_type` values that select this family.
@@ -36,22 +59,8 @@ pub struct FamilyDescriptor {
 
 /// Every family coli implements.
 pub static FAMILIES: &[FamilyDescriptor] = &[
-    FamilyDescriptor {
-        model_types: &["llama"],
-        display_name: "Llama",
-        capabilities: &[
-            Capability::Dense,
-            Capability::Gqa,
-            Capability::TiedEmbeddings,
-        ],
-        load: crate::llama::load,
-    },
-    FamilyDescriptor {
-        model_types: &["olmoe"],
-        display_name: "OLMoE",
-        capabilities: &[Capability::Moe, Capability::Gqa, Capability::QkNorm],
-        load: crate::olmoe::load,
-    },
+    descriptor::<crate::llama::Llama>(),
+    descriptor::<crate::olmoe::Olmoe>(),
 ];
 
 /// All supported `model_type` spellings, comma-separated.
