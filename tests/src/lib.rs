@@ -129,3 +129,133 @@ pub fn compare_logits(
     }
     Ok(())
 }
+
+/// The checks shared by the integration tests and `cargo xtask verify` (which runs them
+/// in-process, so under whatever build profile xtask was built with). Each returns a
+/// description of the first failure.
+pub mod checks {
+    use coli_models::decoder::PositionLoop;
+    use coli_models::{Sampler, SamplingParams, Session};
+
+    use super::{compare_logits, floats, ids, Reference};
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    fn load(r: &Reference, name: &str) -> Result<coli_models::Transformer, String> {
+        coli_models::load(&r.dir).map_err(|e| format!("{name}: {e}"))
+    }
+
+    fn logits_all(
+        model: &coli_models::Transformer,
+        seq: &[u32],
+        mode: PositionLoop,
+    ) -> Result<Vec<f32>, String> {
+        let mut s = Session::new(model, seq.len());
+        s.positions = mode;
+        s.forward(seq, true)
+            .map(<[f32]>::to_vec)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Teacher-forced logits within 1e-3 of `transformers` with every top-1 equal, and the
+    /// greedy continuation identical.
+    pub fn oracle(name: &str) -> Result<(), String> {
+        let r = Reference::load(name);
+        let model = load(&r, name)?;
+        let seq = r.ids();
+        let logits = logits_all(&model, &seq, PositionLoop::Parallel)?;
+        compare_logits(
+            name,
+            &logits,
+            &r.logits,
+            &floats(&r.json["top2_margin"]),
+            r.vocab(),
+            1e-3,
+        )?;
+        let ours: Vec<u32> = logits
+            .chunks_exact(r.vocab())
+            .map(coli_models::sampling::argmax)
+            .collect();
+        if ours != ids(&r.json["tf_pred"]) {
+            return Err(format!(
+                "{name}: teacher-forced argmax {ours:?} vs {:?}",
+                ids(&r.json["tf_pred"])
+            ));
+        }
+        let prompt = ids(&r.json["greedy_prompt"]);
+        let want = ids(&r.json["greedy"]);
+        let mut s = Session::new(&model, prompt.len() + want.len());
+        let g = s
+            .generate(
+                &prompt,
+                want.len(),
+                &mut Sampler::new(SamplingParams::default()),
+                &[],
+                |_| {},
+            )
+            .map_err(|e| e.to_string())?;
+        if g.generated_ids != want {
+            return Err(format!(
+                "{name}: greedy {:?} vs transformers {want:?}",
+                g.generated_ids
+            ));
+        }
+        Ok(())
+    }
+
+    /// Parallel vs serial position loop, the batch vs one token at a time, and a split
+    /// prefill: all byte-identical.
+    pub fn prefill_invariants(name: &str) -> Result<(), String> {
+        let r = Reference::load(name);
+        let model = load(&r, name)?;
+        let seq = r.ids();
+        let v = r.vocab();
+        let all = logits_all(&model, &seq, PositionLoop::Parallel)?;
+        if bits(&all) != bits(&logits_all(&model, &seq, PositionLoop::Serial)?) {
+            return Err(format!("{name}: parallel and serial prefill differ"));
+        }
+        let mut s = Session::new(&model, seq.len());
+        for (p, &t) in seq.iter().enumerate() {
+            let l = s.forward(&[t], false).map_err(|e| e.to_string())?;
+            if bits(l) != bits(&all[p * v..(p + 1) * v]) {
+                return Err(format!(
+                    "{name}: position {p} one token at a time differs from the batch"
+                ));
+            }
+        }
+        let split_at = seq.len() / 3;
+        let mut s = Session::new(&model, seq.len());
+        s.forward(&seq[..split_at], false)
+            .map_err(|e| e.to_string())?;
+        let rest = s
+            .forward(&seq[split_at..], true)
+            .map_err(|e| e.to_string())?;
+        if bits(rest) != bits(&all[split_at * v..]) {
+            return Err(format!("{name}: split prefill differs from the batch"));
+        }
+        Ok(())
+    }
+
+    /// Logits at 1 thread and at each of `threads` are byte-identical.
+    pub fn thread_invariance(name: &str, threads: &[usize]) -> Result<(), String> {
+        let r = Reference::load(name);
+        let model = load(&r, name)?;
+        let seq = r.ids();
+        let run = |n: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .map_err(|e| e.to_string())?;
+            pool.install(|| logits_all(&model, &seq, PositionLoop::Parallel))
+        };
+        let one = run(1)?;
+        for &n in threads {
+            if bits(&one) != bits(&run(n)?) {
+                return Err(format!("{name}: 1 thread vs {n} threads differ"));
+            }
+        }
+        Ok(())
+    }
+}

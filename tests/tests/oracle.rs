@@ -2,135 +2,28 @@
 //! placement/optimisation invariants: batch vs one token at a time, parallel vs
 //! serial position loop, 1 vs 2 threads — all byte-identical.
 
-use coli_models::decoder::PositionLoop;
-use coli_models::{Sampler, SamplingParams, Session};
-use coli_tests::{compare_logits, floats, ids, Reference, TINY_FIXTURES};
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
+use coli_models::Session;
+use coli_tests::{checks, floats, ids, Reference, TINY_FIXTURES};
 
 #[test]
-fn teacher_forced_logits_match_transformers() {
+fn logits_and_greedy_match_transformers() {
     for name in TINY_FIXTURES {
-        let r = Reference::load(name);
-        let model = coli_models::load(&r.dir).unwrap();
-        let ids = r.ids();
-        let mut s = Session::new(&model, ids.len());
-        let logits = s.forward(&ids, true).unwrap().to_vec();
-        compare_logits(
-            name,
-            &logits,
-            &r.logits,
-            &floats(&r.json["top2_margin"]),
-            r.vocab(),
-            1e-3,
-        )
-        .unwrap();
-        let tf = coli_tests::ids(&r.json["tf_pred"]);
-        let ours: Vec<u32> = logits
-            .chunks_exact(r.vocab())
-            .map(coli_models::sampling::argmax)
-            .collect();
-        let agree = tf.iter().zip(&ours).filter(|(a, b)| a == b).count();
-        assert_eq!(
-            agree,
-            tf.len(),
-            "{name}: teacher-forced argmax agreement {agree}/{}",
-            tf.len()
-        );
+        checks::oracle(name).unwrap();
     }
 }
 
 #[test]
-fn greedy_continuation_matches_transformers() {
+fn prefill_is_byte_identical_batched_split_serial_or_parallel() {
     for name in TINY_FIXTURES {
-        let r = Reference::load(name);
-        let model = coli_models::load(&r.dir).unwrap();
-        let prompt = ids(&r.json["greedy_prompt"]);
-        let want = ids(&r.json["greedy"]);
-        let mut s = Session::new(&model, prompt.len() + want.len());
-        let g = s
-            .generate(
-                &prompt,
-                want.len(),
-                &mut Sampler::new(SamplingParams::default()),
-                &[],
-                |_| {},
-            )
-            .unwrap();
-        assert_eq!(g.generated_ids, want, "{name}");
-    }
-}
-
-#[test]
-fn batch_prefill_equals_one_token_at_a_time() {
-    for name in TINY_FIXTURES {
-        let r = Reference::load(name);
-        let model = coli_models::load(&r.dir).unwrap();
-        let ids = r.ids();
-        let v = r.vocab();
-        let mut batch = Session::new(&model, ids.len());
-        let all = batch.forward(&ids, true).unwrap().to_vec();
-        let mut step = Session::new(&model, ids.len());
-        for (p, &t) in ids.iter().enumerate() {
-            let l = step.forward(&[t], false).unwrap();
-            assert_eq!(
-                bits(l),
-                bits(&all[p * v..(p + 1) * v]),
-                "{name}: position {p}"
-            );
-        }
-        // A split prefill (prefix batch, then the rest) gives the same bits too.
-        let mut split = Session::new(&model, ids.len());
-        split.forward(&ids[..13], false).unwrap();
-        let rest = split.forward(&ids[13..], true).unwrap();
-        assert_eq!(bits(rest), bits(&all[13 * v..]), "{name}: split prefill");
-    }
-}
-
-#[test]
-fn parallel_and_serial_position_loops_are_byte_identical() {
-    for name in TINY_FIXTURES {
-        let r = Reference::load(name);
-        let model = coli_models::load(&r.dir).unwrap();
-        let ids = r.ids();
-        let run = |mode| {
-            let mut s = Session::new(&model, ids.len());
-            s.positions = mode;
-            s.forward(&ids, true).unwrap().to_vec()
-        };
-        assert_eq!(
-            bits(&run(PositionLoop::Parallel)),
-            bits(&run(PositionLoop::Serial)),
-            "{name}"
-        );
+        checks::prefill_invariants(name).unwrap();
     }
 }
 
 #[test]
 fn thread_count_never_changes_bits() {
     for name in TINY_FIXTURES {
-        let r = Reference::load(name);
-        let model = coli_models::load(&r.dir).unwrap();
-        let ids = r.ids();
-        let run = |threads| {
-            let pool = rayon_pool(threads);
-            pool.install(|| {
-                let mut s = Session::new(&model, ids.len());
-                s.forward(&ids, true).unwrap().to_vec()
-            })
-        };
-        assert_eq!(bits(&run(1)), bits(&run(2)), "{name}");
-        assert_eq!(bits(&run(1)), bits(&run(3)), "{name}");
+        checks::thread_invariance(name, &[2, 3]).unwrap();
     }
-}
-
-fn rayon_pool(n: usize) -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .build()
-        .unwrap()
 }
 
 /// The demo model's tokenizer (built from the GGUF metadata by the importer) against

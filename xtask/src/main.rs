@@ -11,9 +11,7 @@ use std::time::Instant;
 use coli_core::RopeScaling;
 use coli_kernels::rope::{apply, compute_inv_freq, cos_sin_from, RopeLayout, RopeTable};
 use coli_kernels::{cpu, dot, WFormat};
-use coli_models::decoder::PositionLoop;
-use coli_models::{Sampler, SamplingParams, Session};
-use coli_tests::{compare_logits, floats, ids, Reference, TINY_FIXTURES};
+use coli_tests::{checks, TINY_FIXTURES};
 
 type Check = Result<String, String>;
 type NamedCheck = (&'static str, fn() -> Check);
@@ -200,44 +198,13 @@ fn simd_vs_scalar() -> Check {
     ))
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
+/// Runs a shared check over every fixture.
+fn each_fixture(check: impl Fn(&str) -> Result<(), String>) -> Result<(), String> {
+    TINY_FIXTURES.iter().try_for_each(|name| check(name))
 }
 
 fn oracle() -> Check {
-    for name in TINY_FIXTURES {
-        let r = Reference::load(name);
-        let model = coli_models::load(&r.dir).map_err(|e| format!("{name}: {e}"))?;
-        let seq = r.ids();
-        let mut s = Session::new(&model, seq.len());
-        let logits = s.forward(&seq, true).map_err(|e| e.to_string())?.to_vec();
-        compare_logits(
-            name,
-            &logits,
-            &r.logits,
-            &floats(&r.json["top2_margin"]),
-            r.vocab(),
-            1e-3,
-        )?;
-        let prompt = ids(&r.json["greedy_prompt"]);
-        let want = ids(&r.json["greedy"]);
-        let mut s = Session::new(&model, prompt.len() + want.len());
-        let g = s
-            .generate(
-                &prompt,
-                want.len(),
-                &mut Sampler::new(SamplingParams::default()),
-                &[],
-                |_| {},
-            )
-            .map_err(|e| e.to_string())?;
-        if g.generated_ids != want {
-            return Err(format!(
-                "{name}: greedy {:?} vs transformers {want:?}",
-                g.generated_ids
-            ));
-        }
-    }
+    each_fixture(checks::oracle)?;
     Ok(format!(
         "{} fixtures: logits within 1e-3, top-1 agrees, greedy identical",
         TINY_FIXTURES.len()
@@ -245,30 +212,7 @@ fn oracle() -> Check {
 }
 
 fn prefill_invariants() -> Check {
-    for name in TINY_FIXTURES {
-        let r = Reference::load(name);
-        let model = coli_models::load(&r.dir).map_err(|e| e.to_string())?;
-        let seq = r.ids();
-        let v = r.vocab();
-        let run = |mode| {
-            let mut s = Session::new(&model, seq.len());
-            s.positions = mode;
-            s.forward(&seq, true).map(<[f32]>::to_vec)
-        };
-        let par = run(PositionLoop::Parallel).map_err(|e| e.to_string())?;
-        if bits(&par) != bits(&run(PositionLoop::Serial).map_err(|e| e.to_string())?) {
-            return Err(format!("{name}: parallel and serial prefill differ"));
-        }
-        let mut s = Session::new(&model, seq.len());
-        for (p, &t) in seq.iter().enumerate() {
-            let l = s.forward(&[t], false).map_err(|e| e.to_string())?;
-            if bits(l) != bits(&par[p * v..(p + 1) * v]) {
-                return Err(format!(
-                    "{name}: position {p} one-at-a-time differs from the batch"
-                ));
-            }
-        }
-    }
+    each_fixture(checks::prefill_invariants)?;
     Ok("byte-identical on every fixture".into())
 }
 
@@ -277,26 +221,7 @@ fn thread_invariance() -> Check {
         .map(|n| n.get())
         .unwrap_or(2)
         .max(2);
-    for name in TINY_FIXTURES {
-        let r = Reference::load(name);
-        let model = coli_models::load(&r.dir).map_err(|e| e.to_string())?;
-        let seq = r.ids();
-        let run = |threads| {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .expect("pool");
-            pool.install(|| {
-                let mut s = Session::new(&model, seq.len());
-                s.forward(&seq, true)
-                    .map(<[f32]>::to_vec)
-                    .map_err(|e| e.to_string())
-            })
-        };
-        if bits(&run(1)?) != bits(&run(all)?) {
-            return Err(format!("{name}: 1 thread vs {all} threads differ"));
-        }
-    }
+    each_fixture(|name| checks::thread_invariance(name, &[all]))?;
     Ok(format!(
         "byte-identical at 1 and {all} threads on every fixture"
     ))
