@@ -38,6 +38,21 @@ fn demo_tokenizer_and_teacher_forcing_match_references() {
     for case in r.json["tokenizer_cases"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
         assert_eq!(tok.encode(text).unwrap(), ids(&case["ids"]), "{text:?}");
+        // Streaming detokenization (token by token, multi-byte characters split across
+        // tokens) concatenates to the text itself.
+        let mut stream = tok.stream();
+        let streamed: String = ids(&case["ids"])
+            .into_iter()
+            .map(|id| stream.push(id).unwrap())
+            .collect();
+        assert_eq!(
+            streamed,
+            tok.decode(&ids(&case["ids"]), true).unwrap(),
+            "{text:?}"
+        );
+        if !text.contains("<|") {
+            assert_eq!(streamed, text);
+        }
     }
     let model = coli_models::load(&dir).unwrap();
     let seq = ids(&r.json["tf_ids"]);

@@ -185,6 +185,8 @@ pub struct Scratch {
     expert_y: Vec<f32>,
     /// Logits of the positions asked for, `[n, vocab]`.
     pub logits: Vec<f32>,
+    /// (tokens, context, logit rows) the buffers are already large enough for.
+    sized_for: (usize, usize, usize),
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) {
@@ -212,6 +214,10 @@ pub enum PositionLoop {
 }
 
 const MAX_ROT_HALF: usize = 512;
+
+/// Most parallel attention tasks per layer: bounds the score scratch to this many rows of
+/// the context, whatever the prompt length.
+const ATTENTION_TASKS: usize = 64;
 
 /// One position's q, k, v rows and its KV cache rows, as the position loop hands them out.
 type PositionItem<'a> = (
@@ -257,6 +263,13 @@ impl Transformer {
 
     /// Sizes the scratch for `n` tokens at a context of `ctx` positions.
     pub fn reserve(&self, s: &mut Scratch, n: usize, ctx: usize, logits_rows: usize) {
+        let (sn, sc, sr) = s.sized_for;
+        if n <= sn && ctx <= sc && logits_rows <= sr {
+            // The decode path: nothing to size, nothing to walk.
+            return;
+        }
+        s.sized_for = (n.max(sn), ctx.max(sc), logits_rows.max(sr));
+        let (n, ctx, logits_rows) = s.sized_for;
         let i = &self.info;
         let (h, qd, kvd) = (
             i.hidden_size,
@@ -270,7 +283,7 @@ impl Transformer {
         grow(&mut s.v, n * kvd);
         grow(&mut s.attn, n * qd);
         grow(&mut s.proj, n * h);
-        grow(&mut s.scores, n * i.n_heads * ctx);
+        grow(&mut s.scores, ATTENTION_TASKS * ctx);
         grow(&mut s.logits, logits_rows * i.vocab_size);
         let mut inter = 0;
         for l in &self.layers {
@@ -432,33 +445,39 @@ impl Transformer {
                 .enumerate()
                 .for_each(work),
         }
-        // Causal attention, one task per (position, head).
+        // Causal attention over the (position, head) items, split into at most
+        // ATTENTION_TASKS contiguous groups; each group reuses one row of scores.
         let ctx = start + n;
         let scale = 1.0 / (hd as f32).sqrt();
         let (keys, values) = (&kv.keys[li][..], &kv.values[li][..]);
         let group = nh / nkv;
         let q = &s.q[..n * qd];
+        let items = n * nh;
+        let per_task = items.div_ceil(ATTENTION_TASKS.min(items));
         s.attn[..n * qd]
-            .par_chunks_mut(hd)
-            .zip(s.scores[..n * nh * ctx].par_chunks_mut(ctx))
+            .par_chunks_mut(per_task * hd)
+            .zip(s.scores[..items.div_ceil(per_task) * ctx].par_chunks_mut(ctx))
             .enumerate()
-            .for_each(|(i, (out, scores))| {
-                let (t, head) = (i / nh, i % nh);
-                let view = KvView {
-                    keys,
-                    values,
-                    stride: kvd,
-                    offset: (head / group) * hd,
-                    head_dim: hd,
-                };
-                attend(
-                    &q[t * qd + head * hd..][..hd],
-                    view,
-                    start + t + 1,
-                    scale,
-                    scores,
-                    out,
-                );
+            .for_each(|(task, (outs, scores))| {
+                for (j, out) in outs.chunks_mut(hd).enumerate() {
+                    let i = task * per_task + j;
+                    let (t, head) = (i / nh, i % nh);
+                    let view = KvView {
+                        keys,
+                        values,
+                        stride: kvd,
+                        offset: (head / group) * hd,
+                        head_dim: hd,
+                    };
+                    attend(
+                        &q[t * qd + head * hd..][..hd],
+                        view,
+                        start + t + 1,
+                        scale,
+                        scores,
+                        out,
+                    );
+                }
             });
         a.o_proj.forward(&s.attn[..n * qd], n, &mut s.proj[..n * h]);
     }

@@ -136,34 +136,30 @@ impl TextTokenizer {
     /// An incremental decoder for streaming output.
     pub fn stream(&self) -> TokenStream<'_> {
         TokenStream {
-            tok: self,
-            ids: Vec::new(),
-            emitted: 0,
+            inner: self.inner.decode_stream(true),
         }
     }
 }
 
-/// Incremental detokenization: yields only complete UTF-8 text.
+/// Incremental detokenization: yields only complete UTF-8 text, in constant time per token.
 pub struct TokenStream<'t> {
-    tok: &'t TextTokenizer,
-    ids: Vec<u32>,
-    emitted: usize,
+    inner: tokenizers::DecodeStream<
+        't,
+        tokenizers::ModelWrapper,
+        tokenizers::NormalizerWrapper,
+        tokenizers::PreTokenizerWrapper,
+        tokenizers::PostProcessorWrapper,
+        tokenizers::DecoderWrapper,
+    >,
 }
 
 impl TokenStream<'_> {
     /// Adds a token; returns newly completed text (possibly empty).
     pub fn push(&mut self, id: u32) -> Result<String> {
-        self.ids.push(id);
-        let text = self.tok.decode(&self.ids, true)?;
-        // An incomplete multi-byte character decodes as U+FFFD at the end: wait for more.
-        if text.ends_with('\u{fffd}')
-            || text.len() < self.emitted
-            || !text.is_char_boundary(self.emitted)
-        {
-            return Ok(String::new());
-        }
-        let new = text[self.emitted..].to_string();
-        self.emitted = text.len();
-        Ok(new)
+        let piece = self
+            .inner
+            .step(id)
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        Ok(piece.unwrap_or_default())
     }
 }
