@@ -101,20 +101,54 @@ fn check(m: &MatRef, xs: &[f32], n_tok: usize, out: &[f32]) {
 /// `out[t, r] = m[r] · xs[t]` for `n_tok` tokens (`xs` is `[n_tok, cols]`, `out` `[n_tok, rows]`),
 /// parallel over rows on the current rayon pool, on the given instruction set.
 pub fn matmul_isa(isa: Isa, m: &MatRef, xs: &[f32], n_tok: usize, out: &mut [f32]) {
-    check(m, xs, n_tok, out);
+    matmul_many_isa(isa, [m], xs, n_tok, [out]);
+}
+
+/// Several matrices applied to the same activations (q/k/v, gate/up) in one parallel
+/// dispatch: `outs[j][t, r] = mats[j][r] · xs[t]`. Each output is computed exactly as
+/// [`matmul_isa`] computes it alone; only the scheduling is shared.
+pub fn matmul_many_isa<const N: usize>(
+    isa: Isa,
+    mats: [&MatRef; N],
+    xs: &[f32],
+    n_tok: usize,
+    outs: [&mut [f32]; N],
+) {
+    for (m, out) in mats.iter().zip(outs.iter()) {
+        check(m, xs, n_tok, out);
+    }
+    let ptrs = outs.map(|o| OutPtr(o.as_mut_ptr()));
     let threads = rayon::current_num_threads();
-    let ptr = OutPtr(out.as_mut_ptr());
+    let total_rows: usize = mats.iter().map(|m| m.rows).sum();
     // Enough blocks to balance, each at least 16 rows and a multiple of 4.
-    let block = (m.rows.div_ceil(threads * 8)).max(16).next_multiple_of(4);
-    if threads == 1 || m.rows <= block {
-        rows_block(isa, m, xs, n_tok, 0, m.rows, ptr);
+    let block = total_rows.div_ceil(threads * 8).max(16).next_multiple_of(4);
+    if threads == 1 || total_rows <= block {
+        for (m, &ptr) in mats.iter().zip(&ptrs) {
+            rows_block(isa, m, xs, n_tok, 0, m.rows, ptr);
+        }
         return;
     }
-    let n_blocks = m.rows.div_ceil(block);
-    (0..n_blocks).into_par_iter().for_each(|b| {
-        let r0 = b * block;
-        rows_block(isa, m, xs, n_tok, r0, (r0 + block).min(m.rows), ptr);
+    let blocks = mats.map(|m| m.rows.div_ceil(block));
+    let n_blocks: usize = blocks.iter().sum();
+    (0..n_blocks).into_par_iter().for_each(|mut b| {
+        let mut j = 0;
+        while b >= blocks[j] {
+            b -= blocks[j];
+            j += 1;
+        }
+        let (m, r0) = (mats[j], b * block);
+        rows_block(isa, m, xs, n_tok, r0, (r0 + block).min(m.rows), ptrs[j]);
     });
+}
+
+/// [`matmul_many_isa`] on the best instruction set.
+pub fn matmul_many<const N: usize>(
+    mats: [&MatRef; N],
+    xs: &[f32],
+    n_tok: usize,
+    outs: [&mut [f32]; N],
+) {
+    matmul_many_isa(cpu::best(), mats, xs, n_tok, outs)
 }
 
 /// [`matmul_isa`] on the best instruction set.
@@ -138,6 +172,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(60))]
         /// Batched, parallel, SIMD == one token at a time, serial, scalar; for any thread count.
@@ -155,6 +193,12 @@ mod tests {
                 let mut got = vec![0.0; n_tok * rows];
                 pool.install(|| matmul_isa(isa, &m, &xs, n_tok, &mut got));
                 prop_assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+                // Two matrices in one dispatch give the same bits as each alone.
+                let mut a = vec![0.0; n_tok * rows];
+                let mut b2 = vec![0.0; n_tok * rows];
+                pool.install(|| matmul_many_isa(isa, [&m, &m], &xs, n_tok, [&mut a, &mut b2]));
+                prop_assert_eq!(bits(&a), bits(&want));
+                prop_assert_eq!(bits(&b2), bits(&want));
                 // One token at a time gives the same bits as the batch.
                 for t in 0..n_tok {
                     let mut one = vec![0.0; rows];

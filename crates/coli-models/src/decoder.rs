@@ -407,9 +407,12 @@ impl Transformer {
         );
         let (qd, kvd) = (nh * hd, nkv * hd);
         let xn = &s.xn[..n * h];
-        a.q_proj.forward(xn, n, &mut s.q[..n * qd]);
-        a.k_proj.forward(xn, n, &mut s.k[..n * kvd]);
-        a.v_proj.forward(xn, n, &mut s.v[..n * kvd]);
+        Linear::forward_group(
+            [&a.q_proj, &a.k_proj, &a.v_proj],
+            xn,
+            n,
+            [&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]],
+        );
         if let QkNorm::FullProjection { q, k } = &a.qk_norm {
             norm_rows_inplace(&mut s.q[..n * qd], q, self.rms_norm_eps);
             norm_rows_inplace(&mut s.k[..n * kvd], k, self.rms_norm_eps);
@@ -525,8 +528,7 @@ fn add_into(x: &mut [f32], y: &[f32]) {
 fn mlp_forward(m: &Mlp, n: usize, xs: &[f32], gate: &mut [f32], up: &mut [f32], out: &mut [f32]) {
     let inter = m.gate_proj.rows;
     let (g, u) = (&mut gate[..n * inter], &mut up[..n * inter]);
-    m.gate_proj.forward(xs, n, g);
-    m.up_proj.forward(xs, n, u);
+    Linear::forward_group([&m.gate_proj, &m.up_proj], xs, n, [&mut *g, &mut *u]);
     swiglu_inplace(g, u);
     m.down_proj.forward(g, n, out);
 }

@@ -1,7 +1,8 @@
 //! Loading weights by name, checking shape and dtype once at load time.
 
 use coli_core::{DType, ModelDir, TensorView};
-use coli_kernels::{matmul::matmul, MatRef, WFormat};
+use coli_kernels::matmul::{matmul, matmul_many};
+use coli_kernels::{MatRef, WFormat};
 
 use crate::error::Result;
 
@@ -74,6 +75,27 @@ impl Linear {
     /// `out[t] = W xs[t] + b` for `n` tokens.
     pub fn forward(&self, xs: &[f32], n: usize, out: &mut [f32]) {
         matmul(&self.mat(), xs, n, out);
+        self.add_bias(out);
+    }
+
+    /// Several layers over the same input in one parallel dispatch (same bits as one by one).
+    pub fn forward_group<const N: usize>(
+        layers: [&Linear; N],
+        xs: &[f32],
+        n: usize,
+        mut outs: [&mut [f32]; N],
+    ) {
+        let mats = layers.map(Linear::mat);
+        {
+            let outs: [&mut [f32]; N] = outs.each_mut().map(|o| &mut **o);
+            matmul_many(mats.each_ref(), xs, n, outs);
+        }
+        for (l, out) in layers.iter().zip(outs) {
+            l.add_bias(out);
+        }
+    }
+
+    fn add_bias(&self, out: &mut [f32]) {
         if let Some(b) = &self.bias {
             for row in out.chunks_exact_mut(self.rows) {
                 for (o, &bi) in row.iter_mut().zip(b) {
