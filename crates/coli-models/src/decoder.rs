@@ -229,30 +229,25 @@ type PositionItem<'a> = (
 );
 
 impl Transformer {
-    /// Every weight matrix of the model.
-    fn linears_mut(&mut self) -> Vec<&mut Linear> {
+    /// Every dense weight matrix: all but the routed experts.
+    fn dense_linears_mut(&mut self) -> Vec<&mut Linear> {
         let mut v = vec![&mut self.embed_tokens, &mut self.lm_head];
         for l in &mut self.layers {
             let a = &mut l.attn;
             v.extend([&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj]);
-            let mlps: Vec<&mut Mlp> = match &mut l.ffn {
-                Ffn::Dense(m) => vec![m.as_mut()],
-                Ffn::Moe(moe) => {
-                    v.push(&mut moe.router);
-                    moe.experts.iter_mut().collect()
-                }
-            };
-            for m in mlps {
-                v.extend([&mut m.gate_proj, &mut m.up_proj, &mut m.down_proj]);
+            match &mut l.ffn {
+                Ffn::Dense(m) => v.extend([&mut m.gate_proj, &mut m.up_proj, &mut m.down_proj]),
+                Ffn::Moe(moe) => v.push(&mut moe.router),
             }
         }
         v
     }
 
-    /// Copies every weight into resident anonymous memory (huge pages where granted).
-    /// Same bytes, same results; only the memory they are read from changes.
+    /// Copies the dense weights into resident anonymous memory (huge pages where granted).
+    /// Same bytes, same results; only the memory they are read from changes. Routed experts
+    /// stay where they are: placing them is the expert store's job, not a blanket copy.
     pub fn make_resident(&mut self) -> crate::error::Result<()> {
-        let mut linears = self.linears_mut();
+        let mut linears = self.dense_linears_mut();
         let views: Vec<coli_core::TensorView> = linears.iter().map(|l| l.view().clone()).collect();
         let resident = coli_core::make_resident(&views.iter().collect::<Vec<_>>())?;
         for (l, v) in linears.iter_mut().zip(resident) {
