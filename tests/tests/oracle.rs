@@ -88,3 +88,28 @@ fn demo_chat_template_matches_transformers() {
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
     );
 }
+
+/// Reading weights from the resident copy or straight from the file mapping gives the same bits.
+#[test]
+fn resident_copy_and_file_mapping_give_identical_logits() {
+    for name in TINY_FIXTURES {
+        let r = Reference::load(name);
+        let dir = coli_core::ModelDir::open(&r.dir).unwrap();
+        let family = coli_models::registry::lookup(dir.config.model_type().unwrap()).unwrap();
+        let mapped = (family.load)(&dir).unwrap();
+        let resident = coli_models::load_dir(&dir).unwrap();
+        let seq = r.ids();
+        let run = |m: &coli_models::Transformer| {
+            Session::new(m, seq.len())
+                .forward(&seq, true)
+                .unwrap()
+                .to_vec()
+        };
+        let (a, b) = (run(&mapped), run(&resident));
+        assert_eq!(
+            a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            b.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            "{name}"
+        );
+    }
+}
