@@ -125,6 +125,44 @@ pub fn dot_rows_prefetch<const R: usize>(
     }
 }
 
+/// Dot products of `R` rows with each of `T` activation vectors: `out[t][r] = rows[r] · xs[t]`.
+/// Each weight chunk is loaded and converted once for all `T` tokens (the prefill path);
+/// every output is still accumulated in the one fixed order, so it equals [`dot_scalar`].
+#[inline]
+pub fn dot_block<const R: usize, const T: usize>(
+    isa: Isa,
+    fmt: WFormat,
+    rows: [&[u8]; R],
+    xs: [&[f32]; T],
+) -> [[f32; R]; T] {
+    let k = xs.first().map_or(0, |x| x.len());
+    for x in xs {
+        assert_eq!(x.len(), k, "dot_block: activations of different lengths");
+    }
+    for r in rows {
+        assert_eq!(
+            r.len(),
+            k * fmt.size(),
+            "dot: row bytes do not match the activation length"
+        );
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            assert!(crate::cpu::supports(Isa::Avx2));
+            // SAFETY: the CPU supports AVX2+FMA+F16C (checked above); all lengths checked.
+            unsafe { x86::dot_block_avx2(fmt, rows, xs) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            assert!(crate::cpu::supports(Isa::Avx512));
+            // SAFETY: the CPU supports AVX-512F and the AVX2 set (checked above); all lengths checked.
+            unsafe { x86::dot_block_avx512(fmt, rows, xs) }
+        }
+        _ => xs.map(|x| rows.map(|r| dot_scalar(fmt, r, x))),
+    }
+}
+
 /// One dot product on the best instruction set.
 pub fn dot(fmt: WFormat, row: &[u8], x: &[f32]) -> f32 {
     dot_rows(crate::cpu::best(), fmt, [row], x)[0]
@@ -281,6 +319,104 @@ mod x86 {
         }
         out
     }
+
+    /// Loads 16 weights of any format as f32 (AVX-512).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn load16(fmt: WFormat, p: *const u8, i: usize) -> __m512 {
+        match fmt {
+            WFormat::F32 => _mm512_loadu_ps(p.cast::<f32>().add(i)),
+            WFormat::BF16 => {
+                let h = _mm256_loadu_si256(p.add(2 * i).cast());
+                _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+            }
+            WFormat::F16 => _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * i).cast())),
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn dot_block_avx512<const R: usize, const T: usize>(
+        fmt: WFormat,
+        rows: [&[u8]; R],
+        xs: [&[f32]; T],
+    ) -> [[f32; R]; T] {
+        let k = xs[0].len();
+        let main = k / LANES * LANES;
+        let mut acc = [[_mm512_setzero_ps(); R]; T];
+        let mut i = 0;
+        while i < main {
+            let w = rows.map(|r| load16(fmt, r.as_ptr(), i));
+            for t in 0..T {
+                let xv = _mm512_loadu_ps(xs[t].as_ptr().add(i));
+                for r in 0..R {
+                    acc[t][r] = _mm512_fmadd_ps(w[r], xv, acc[t][r]);
+                }
+            }
+            i += LANES;
+        }
+        let mut out = [[0.0; R]; T];
+        for t in 0..T {
+            for r in 0..R {
+                let mut lanes = [0.0f32; LANES];
+                _mm512_storeu_ps(lanes.as_mut_ptr(), acc[t][r]);
+                tail(fmt, rows[r], xs[t], main, &mut lanes);
+                out[t][r] = reduce_lanes(lanes);
+            }
+        }
+        out
+    }
+
+    /// Loads 16 weights of any format as two f32 halves (AVX2).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8x2(fmt: WFormat, p: *const u8, i: usize) -> (__m256, __m256) {
+        match fmt {
+            WFormat::F32 => {
+                let p = p.cast::<f32>().add(i);
+                (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
+            }
+            WFormat::BF16 => (bf16x8(p.add(2 * i)), bf16x8(p.add(2 * i + 16))),
+            WFormat::F16 => (
+                _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i).cast())),
+                _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i + 16).cast())),
+            ),
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_block_avx2<const R: usize, const T: usize>(
+        fmt: WFormat,
+        rows: [&[u8]; R],
+        xs: [&[f32]; T],
+    ) -> [[f32; R]; T] {
+        let k = xs[0].len();
+        let main = k / LANES * LANES;
+        let mut acc = [[(_mm256_setzero_ps(), _mm256_setzero_ps()); R]; T];
+        let mut i = 0;
+        while i < main {
+            let w = rows.map(|r| load8x2(fmt, r.as_ptr(), i));
+            for t in 0..T {
+                let x0 = _mm256_loadu_ps(xs[t].as_ptr().add(i));
+                let x1 = _mm256_loadu_ps(xs[t].as_ptr().add(i + 8));
+                for r in 0..R {
+                    acc[t][r].0 = _mm256_fmadd_ps(w[r].0, x0, acc[t][r].0);
+                    acc[t][r].1 = _mm256_fmadd_ps(w[r].1, x1, acc[t][r].1);
+                }
+            }
+            i += LANES;
+        }
+        let mut out = [[0.0; R]; T];
+        for t in 0..T {
+            for r in 0..R {
+                let mut lanes = [0.0f32; LANES];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[t][r].0);
+                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[t][r].1);
+                tail(fmt, rows[r], xs[t], main, &mut lanes);
+                out[t][r] = reduce_lanes(lanes);
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -347,6 +483,13 @@ mod tests {
             for isa in cpu::available() {
                 let got4 = dot_rows(isa, fmt, [&rows[0][..], &rows[1], &rows[2], &rows[3]], &x);
                 prop_assert_eq!(got4.map(f32::to_bits).to_vec(), want.clone(), "{:?} x4", isa);
+                let x2: Vec<f32> = x.iter().map(|v| v * -0.75 + 0.125).collect();
+                let blk = dot_block(isa, fmt, [&rows[0][..], &rows[1], &rows[2], &rows[3]], [&x[..], &x2, &x, &x2]);
+                let want2: Vec<u32> = rows.iter().map(|r| dot_scalar(fmt, r, &x2).to_bits()).collect();
+                for t in 0..4 {
+                    let w = if t % 2 == 0 { &want } else { &want2 };
+                    prop_assert_eq!(blk[t].map(f32::to_bits).to_vec(), w.clone(), "{:?} block token {}", isa, t);
+                }
                 let got1 = dot_rows(isa, fmt, [&rows[2][..]], &x);
                 prop_assert_eq!(got1[0].to_bits(), want[2], "{:?} x1", isa);
             }

@@ -8,7 +8,7 @@
 use rayon::prelude::*;
 
 use crate::cpu::{self, Isa};
-use crate::dot::{dot_rows, dot_rows_prefetch, WFormat};
+use crate::dot::{dot_block, dot_rows, dot_rows_prefetch, WFormat};
 
 /// A row-major weight matrix `[rows, cols]` in its stored format.
 #[derive(Clone, Copy, Debug)]
@@ -58,28 +58,53 @@ unsafe impl Sync for OutPtr {}
 /// Computes rows `r0..r1` of `out[t * m.rows + r] = m.row(r) · xs[t]` for every token `t`.
 fn rows_block(isa: Isa, m: &MatRef, xs: &[f32], n_tok: usize, r0: usize, r1: usize, out: OutPtr) {
     let k = m.cols;
+    let x = |t: usize| &xs[t * k..(t + 1) * k];
+    let put = |t: usize, r: usize, v: f32| {
+        // SAFETY: t < n_tok and r < m.rows, inside `out`; rows r0..r1 belong to this task only.
+        unsafe { *out.0.add(t * m.rows + r) = v };
+    };
     let mut r = r0;
     while r + 4 <= r1 {
         let rows = [m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)];
-        // The next block of rows, prefetched while these are computed (last token only).
+        // Tokens in groups share each converted weight chunk (prefill); register budget:
+        // 4 rows x 4 tokens of 16-lane accumulators with AVX-512, 4 x 2 with AVX2.
+        let mut t = 0;
+        if isa == Isa::Avx512 {
+            while t + 4 <= n_tok {
+                let v = dot_block(isa, m.fmt, rows, [x(t), x(t + 1), x(t + 2), x(t + 3)]);
+                for (dt, row) in v.iter().enumerate() {
+                    for (j, &val) in row.iter().enumerate() {
+                        put(t + dt, r + j, val);
+                    }
+                }
+                t += 4;
+            }
+        }
+        while t + 2 <= n_tok {
+            let v = dot_block(isa, m.fmt, rows, [x(t), x(t + 1)]);
+            for (dt, row) in v.iter().enumerate() {
+                for (j, &val) in row.iter().enumerate() {
+                    put(t + dt, r + j, val);
+                }
+            }
+            t += 2;
+        }
+        // The next block of rows, prefetched while these are computed (the decode path).
         let w = k * m.fmt.size();
         let next = &m.bytes[((r + 4) * w).min(r1 * w)..((r + 8) * w).min(r1 * w)];
-        for t in 0..n_tok {
-            let hint = if t + 1 == n_tok { next } else { &[] };
-            let v = dot_rows_prefetch(isa, m.fmt, rows, &xs[t * k..(t + 1) * k], hint);
-            for (j, val) in v.into_iter().enumerate() {
-                // SAFETY: t < n_tok and r + j < m.rows, inside `out`; rows r0..r1 belong to this task only.
-                unsafe { *out.0.add(t * m.rows + r + j) = val };
+        while t < n_tok {
+            let v = dot_rows_prefetch(isa, m.fmt, rows, x(t), next);
+            for (j, &val) in v.iter().enumerate() {
+                put(t, r + j, val);
             }
+            t += 1;
         }
         r += 4;
     }
     while r < r1 {
         let row = [m.row(r)];
         for t in 0..n_tok {
-            let v = dot_rows(isa, m.fmt, row, &xs[t * k..(t + 1) * k])[0];
-            // SAFETY: as above.
-            unsafe { *out.0.add(t * m.rows + r) = v };
+            put(t, r, dot_rows(isa, m.fmt, row, x(t))[0]);
         }
         r += 1;
     }
