@@ -486,9 +486,9 @@ mod tests {
                 let x2: Vec<f32> = x.iter().map(|v| v * -0.75 + 0.125).collect();
                 let blk = dot_block(isa, fmt, [&rows[0][..], &rows[1], &rows[2], &rows[3]], [&x[..], &x2, &x, &x2]);
                 let want2: Vec<u32> = rows.iter().map(|r| dot_scalar(fmt, r, &x2).to_bits()).collect();
-                for t in 0..4 {
+                for (t, got) in blk.iter().enumerate() {
                     let w = if t % 2 == 0 { &want } else { &want2 };
-                    prop_assert_eq!(blk[t].map(f32::to_bits).to_vec(), w.clone(), "{:?} block token {}", isa, t);
+                    prop_assert_eq!(got.map(f32::to_bits).to_vec(), w.clone(), "{:?} block token {}", isa, t);
                 }
                 let got1 = dot_rows(isa, fmt, [&rows[2][..]], &x);
                 prop_assert_eq!(got1[0].to_bits(), want[2], "{:?} x1", isa);
