@@ -7,7 +7,7 @@ with `save_pretrained`, plus reference ids and f32 logits computed by
 `transformers` in float32 with eager attention.
 
     pip install -r oracle/requirements.txt
-    python oracle/generate.py tiny          # tests/fixtures/<name>/
+    python oracle/generate.py tiny [NAME..] # tests/fixtures/<name>/
     python oracle/generate.py demo DIR      # tests/fixtures/demo/reference.json from coli's imported demo model
 
 Outputs are committed; the tests need no Python.
@@ -27,6 +27,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "
 SEQ_LEN = 40
 GREEDY_PROMPT = 8
 GREEDY_NEW = 24
+# `generate.py tiny NAME...` rebuilds only the named fixtures.
+ONLY = sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "tiny" else []
 
 
 def decisive_init(model, seed, gain):
@@ -46,6 +48,10 @@ def decisive_init(model, seed, gain):
                 if "lm_head" in name:
                     v = v * gain
             p.copy_(v.to(torch.bfloat16).to(torch.float32))
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                # A real checkpoint's bias steers selection; zeros would test nothing.
+                b.copy_((0.3 * torch.randn(b.shape, generator=g)).to(torch.bfloat16).to(torch.float32))
 
 
 def reference(model, vocab, seed):
@@ -54,8 +60,10 @@ def reference(model, vocab, seed):
     with torch.no_grad():
         logits = model(ids).logits[0].float()
         top2 = torch.topk(logits, 2, dim=-1).values
-        gen = model.generate(ids[:, :GREEDY_PROMPT], max_new_tokens=GREEDY_NEW, do_sample=False,
-                             min_new_tokens=GREEDY_NEW, pad_token_id=0, eos_token_id=None)
+        # An explicit all-ones mask: otherwise generate() masks prompt tokens equal to pad_token_id.
+        prompt = ids[:, :GREEDY_PROMPT]
+        gen = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=GREEDY_NEW,
+                             do_sample=False, min_new_tokens=GREEDY_NEW, pad_token_id=0, eos_token_id=None)
     return {
         "ids": ids[0].tolist(),
         "tf_pred": logits.argmax(-1).tolist(),
@@ -67,7 +75,50 @@ def reference(model, vocab, seed):
     }, logits.numpy().astype("<f4")
 
 
-def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, extra_tensor=False, **kw):
+def add_mtp_layer(out, cfg):
+    """Appends a DeepSeek/GLM-style MTP layer (index num_hidden_layers) to the last shard, as the
+    published checkpoints do; engines must ignore it."""
+    from safetensors.torch import load_file, save_file
+    n = cfg.num_hidden_layers
+    index_path = os.path.join(out, "model.safetensors.index.json")
+    if os.path.exists(index_path):
+        with open(index_path) as f:
+            index = json.load(f)
+        shard = sorted(set(index["weight_map"].values()))[-1]
+    else:
+        index, shard = None, "model.safetensors"
+    path = os.path.join(out, shard)
+    tensors = load_file(path)
+    with open(path, "rb") as f:
+        meta = json.loads(f.read(int.from_bytes(f.read(8), "little")))["__metadata__"]
+    g = torch.Generator().manual_seed(7)
+    h = cfg.hidden_size
+    extra = {
+        f"model.layers.{n}.eh_proj.weight": torch.randn(h, 2 * h, generator=g),
+        f"model.layers.{n}.enorm.weight": torch.ones(h),
+        f"model.layers.{n}.hnorm.weight": torch.ones(h),
+        f"model.layers.{n}.shared_head.norm.weight": torch.ones(h),
+        f"model.layers.{n}.input_layernorm.weight": torch.ones(h),
+        f"model.layers.{n}.mlp.experts.0.gate_proj.weight": torch.randn(cfg.moe_intermediate_size, h, generator=g),
+    }
+    for k, v in extra.items():
+        tensors[k] = v.to(torch.bfloat16)
+        if index is not None:
+            index["weight_map"][k] = shard
+    save_file(tensors, path, metadata=meta)
+    if index is not None:
+        with open(index_path, "w") as f:
+            json.dump(index, f, indent=2)
+    with open(os.path.join(out, "config.json")) as f:
+        c = json.load(f)
+    c["num_nextn_predict_layers"] = 1
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+
+
+def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp=False, rename_type=None, **kw):
+    if ONLY and name not in ONLY:
+        return
     cfg = AutoConfig.for_model(model_type, **kw)
     cfg._attn_implementation = "eager"
     torch.manual_seed(seed)
@@ -87,6 +138,15 @@ def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, ext
         params["rope_theta"] = c.pop("rope_theta")
         params.setdefault("rope_type", "default")
         c["rope_parameters"] = params
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(c, f, indent=2)
+    if mtp:
+        add_mtp_layer(out, cfg)
+    if rename_type:
+        # The same architecture published under another model_type (Kimi-K2 ships as kimi_k2).
+        with open(os.path.join(out, "config.json")) as f:
+            c = json.load(f)
+        c["model_type"] = rename_type
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump(c, f, indent=2)
     for junk in ("generation_config.json",):
@@ -120,6 +180,47 @@ def tiny():
           num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, **common)
     build("olmoe_gqa_clip", "olmoe", 22, num_attention_heads=4, num_key_value_heads=2, intermediate_size=32,
           num_experts=8, num_experts_per_tok=3, norm_topk_prob=False, clip_qkv=3.0, shard="100KB", **common)
+    moe3 = dict(common, num_hidden_layers=3)
+    build("qwen2_moe_shared", "qwen2_moe", 31, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+          moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=8, num_experts_per_tok=2,
+          norm_topk_prob=False, mlp_only_layers=[0], **moe3)
+    build("qwen2_moe_sparse_step", "qwen2_moe", 32, num_attention_heads=4, num_key_value_heads=4, intermediate_size=80,
+          moe_intermediate_size=24, shared_expert_intermediate_size=40, num_experts=6, num_experts_per_tok=3,
+          norm_topk_prob=True, decoder_sparse_step=2, shard="100KB", **moe3)
+    build("qwen3_moe_headdim", "qwen3_moe", 41, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+          intermediate_size=96, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+          mlp_only_layers=[1], **moe3)
+    build("qwen3_moe_new_rope", "qwen3_moe", 42, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+          moe_intermediate_size=32, num_experts=8, num_experts_per_tok=3, norm_topk_prob=False,
+          rope_scaling={"rope_type": "linear", "factor": 2.0}, new_rope_keys=True, **common)
+    build("mixtral_gqa", "mixtral", 51, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+          num_local_experts=8, num_experts_per_tok=2, **common)
+    build("mixtral_mqa_shard", "mixtral", 52, num_attention_heads=4, num_key_value_heads=1, intermediate_size=40,
+          num_local_experts=4, num_experts_per_tok=1, shard="80KB", **common)
+    mla = dict(num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32, qk_nope_head_dim=16,
+               qk_rope_head_dim=8, v_head_dim=16, intermediate_size=96, moe_intermediate_size=16,
+               n_shared_experts=1, first_k_dense_replace=1)
+    yarn = {"type": "yarn", "factor": 4.0, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 64}
+    build("deepseek_v3_group_yarn", "deepseek_v3", 61, q_lora_rank=48, n_routed_experts=8, num_experts_per_tok=2,
+          n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5, rope_scaling=yarn,
+          rope_interleave=True, mtp=True, **mla, **moe3)
+    build("deepseek_v3_no_q_lora", "deepseek_v3", 62, q_lora_rank=None, n_routed_experts=6, num_experts_per_tok=3,
+          n_group=1, topk_group=1, norm_topk_prob=False, routed_scaling_factor=1.0, rope_interleave=False,
+          shard="100KB", mtp=True, **mla, **moe3)
+    build("kimi_k2_yarn_mscale", "deepseek_v3", 63, q_lora_rank=32, n_routed_experts=8, num_experts_per_tok=2,
+          n_group=2, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.827,
+          rope_scaling={"type": "yarn", "factor": 8.0, "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0,
+                        "mscale_all_dim": 0.707, "original_max_position_embeddings": 32},
+          rename_type="kimi_k2", **mla, **moe3)
+    glm = dict(num_attention_heads=4, num_key_value_heads=2, intermediate_size=96, moe_intermediate_size=16,
+               n_shared_experts=1, first_k_dense_replace=1, routed_scaling_factor=2.5)
+    build("glm4_moe_partial_qknorm", "glm4_moe", 71, partial_rotary_factor=0.5, attention_bias=True,
+          use_qk_norm=True, n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1,
+          norm_topk_prob=True, **glm, **moe3)
+    build("glm4_moe_group_mtp", "glm4_moe", 72, partial_rotary_factor=0.25, head_dim=32, attention_bias=False,
+          use_qk_norm=False, n_routed_experts=8, num_experts_per_tok=3, n_group=2, topk_group=1,
+          norm_topk_prob=False, new_rope_keys=True, mtp=True, shard="100KB", **glm, **moe3)
 
 
 def demo(model_dir):

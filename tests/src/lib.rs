@@ -17,6 +17,17 @@ pub const TINY_FIXTURES: &[&str] = &[
     "llama_sharded_headdim",
     "olmoe_norm_topk",
     "olmoe_gqa_clip",
+    "qwen2_moe_shared",
+    "qwen2_moe_sparse_step",
+    "qwen3_moe_headdim",
+    "qwen3_moe_new_rope",
+    "mixtral_gqa",
+    "mixtral_mqa_shard",
+    "deepseek_v3_group_yarn",
+    "deepseek_v3_no_q_lora",
+    "kimi_k2_yarn_mscale",
+    "glm4_moe_partial_qknorm",
+    "glm4_moe_group_mtp",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

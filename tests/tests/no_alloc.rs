@@ -54,7 +54,13 @@ fn decode_steps_allocate_nothing() {
 }
 
 fn decode_without_allocation() {
-    for name in ["llama_gqa", "olmoe_gqa_clip"] {
+    for name in [
+        "llama_gqa",
+        "olmoe_gqa_clip",
+        "qwen2_moe_shared",
+        "deepseek_v3_group_yarn",
+        "glm4_moe_group_mtp",
+    ] {
         let r = Reference::load(name);
         let model = coli_models::load(&r.dir).unwrap();
         let ids = r.ids();

@@ -113,6 +113,20 @@ fn rope_cached_vs_recomputed() -> Check {
             },
         ),
         (32, 1e6, RopeScaling::Linear { factor: 4.0 }),
+        (
+            64,
+            10000.0,
+            RopeScaling::Yarn(coli_core::YarnParameters {
+                factor: 40.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                original_max_position_embeddings: 4096.0,
+                attention_factor: None,
+                mscale: Some(1.0),
+                mscale_all_dim: Some(0.707),
+                truncate: true,
+            }),
+        ),
     ];
     let mut pairs = 0u64;
     for (dim, theta, scaling) in configs {
@@ -129,7 +143,8 @@ fn rope_cached_vs_recomputed() -> Check {
         for pos in 0..positions {
             table.cos_sin(pos, &mut c1, &mut s1);
             let fresh = compute_inv_freq(dim, theta, &scaling);
-            cos_sin_from(&fresh, pos, &mut c2, &mut s2);
+            let scale = coli_kernels::rope::attention_scaling(&scaling);
+            cos_sin_from(&fresh, scale, pos, &mut c2, &mut s2);
             for i in 0..half {
                 if c1[i].to_bits() != c2[i].to_bits() || s1[i].to_bits() != s2[i].to_bits() {
                     return Err(format!(

@@ -42,6 +42,56 @@ pub enum RopeScaling {
         /// Scale factor.
         factor: f64,
     },
+    /// YaRN (DeepSeek-V3, Kimi-K2): frequencies blended between interpolation and
+    /// extrapolation by a linear ramp over the correction range, cos/sin scaled by
+    /// the attention factor.
+    Yarn(YarnParameters),
+}
+
+/// YaRN settings as `transformers` reads them (missing keys take its defaults).
+#[derive(Clone, Debug, PartialEq)]
+pub struct YarnParameters {
+    /// Context extension factor.
+    pub factor: f64,
+    /// Rotations at which extrapolation stops (default 32).
+    pub beta_fast: f64,
+    /// Rotations at which interpolation starts (default 1).
+    pub beta_slow: f64,
+    /// Context length before extension (falls back to `max_position_embeddings`).
+    pub original_max_position_embeddings: f64,
+    /// Explicit cos/sin scale, if given.
+    pub attention_factor: Option<f64>,
+    /// `mscale` (numerator of the inferred attention factor).
+    pub mscale: Option<f64>,
+    /// `mscale_all_dim` (denominator; DeepSeek also scales the softmax by its square).
+    pub mscale_all_dim: Option<f64>,
+    /// Round the correction range outward to integers (default true).
+    pub truncate: bool,
+}
+
+/// YaRN's magnitude correction `0.1 * mscale * ln(scale) + 1` (1 when `scale <= 1`).
+pub fn yarn_get_mscale(scale: f64, mscale: f64) -> f64 {
+    if scale <= 1.0 {
+        1.0
+    } else {
+        0.1 * mscale * scale.ln() + 1.0
+    }
+}
+
+impl YarnParameters {
+    /// The factor applied to cos and sin: explicit, or inferred from `factor`, `mscale`
+    /// and `mscale_all_dim` exactly as `transformers` does.
+    pub fn attention_factor(&self) -> f64 {
+        if let Some(a) = self.attention_factor {
+            return a;
+        }
+        match (self.mscale, self.mscale_all_dim) {
+            (Some(m), Some(d)) if m != 0.0 && d != 0.0 => {
+                yarn_get_mscale(self.factor, m) / yarn_get_mscale(self.factor, d)
+            }
+            _ => yarn_get_mscale(self.factor, 1.0),
+        }
+    }
 }
 
 /// RoPE base and scaling, whichever way the config spells them.
@@ -177,6 +227,38 @@ impl RawConfig {
                 match kind {
                     "default" => RopeScaling::None,
                     "linear" => RopeScaling::Linear { factor: num("factor")? },
+                    "yarn" => {
+                        let opt = |k: &str| obj.get(k).and_then(Value::as_f64);
+                        // transformers: `get(k) or default`, so a 0 also takes the default.
+                        let or = |k: &str, d: f64| opt(k).filter(|v| *v != 0.0).unwrap_or(d);
+                        let original = opt("original_max_position_embeddings")
+                            .filter(|v| *v != 0.0)
+                            .or_else(|| {
+                                self.value
+                                    .get("max_position_embeddings")
+                                    .and_then(Value::as_f64)
+                            })
+                            .ok_or_else(|| {
+                                self.error(
+                                    key,
+                                    "yarn needs original_max_position_embeddings or max_position_embeddings",
+                                )
+                            })?;
+                        let p = YarnParameters {
+                            factor: num("factor")?,
+                            beta_fast: or("beta_fast", 32.0),
+                            beta_slow: or("beta_slow", 1.0),
+                            original_max_position_embeddings: original,
+                            attention_factor: opt("attention_factor"),
+                            mscale: opt("mscale"),
+                            mscale_all_dim: opt("mscale_all_dim"),
+                            truncate: obj.get("truncate").and_then(Value::as_bool).unwrap_or(true),
+                        };
+                        if !(p.factor.is_finite() && p.factor > 0.0) {
+                            return Err(self.error(key, format!("yarn factor must be positive, found {}", p.factor)));
+                        }
+                        RopeScaling::Yarn(p)
+                    }
                     "llama3" => RopeScaling::Llama3 {
                         factor: num("factor")?,
                         low_freq_factor: num("low_freq_factor")?,
@@ -186,7 +268,7 @@ impl RawConfig {
                     other => {
                         return Err(self.error(
                             key,
-                            format!("unsupported rope_type \"{other}\" (supported: default, linear, llama3)"),
+                            format!("unsupported rope_type \"{other}\" (supported: default, linear, llama3, yarn)"),
                         ))
                     }
                 }

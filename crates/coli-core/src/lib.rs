@@ -16,7 +16,7 @@ pub mod model_dir;
 pub mod safetensors_header;
 pub mod write;
 
-pub use config::{RawConfig, RopeParameters, RopeScaling};
+pub use config::{yarn_get_mscale, RawConfig, RopeParameters, RopeScaling, YarnParameters};
 pub use dtype::DType;
 pub use error::{CoreError, Result};
 pub use model_dir::{make_resident, ModelDir, TensorView};

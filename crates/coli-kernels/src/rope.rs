@@ -21,6 +21,7 @@ pub enum RopeLayout {
 pub struct RopeTable {
     rot_dim: usize,
     inv_freq: Vec<f32>,
+    scale: f32,
 }
 
 /// Computes `inv_freq` as `transformers` does, in f32: `1 / θ^(2i/d)`, then the scaling rule.
@@ -71,17 +72,56 @@ pub fn compute_inv_freq(rot_dim: usize, theta: f64, scaling: &RopeScaling) -> Ve
                 };
             }
         }
+        RopeScaling::Yarn(ref y) => {
+            // transformers' `_compute_yarn_parameters`: the correction range in f64, the
+            // ramp and the blend in f32.
+            let dim = rot_dim as f64;
+            let correction_dim = |rotations: f64| {
+                dim * (y.original_max_position_embeddings
+                    / (rotations * 2.0 * std::f64::consts::PI))
+                    .ln()
+                    / (2.0 * theta.ln())
+            };
+            let (mut low, mut high) = (correction_dim(y.beta_fast), correction_dim(y.beta_slow));
+            if y.truncate {
+                low = low.floor();
+                high = high.ceil();
+            }
+            let (low, mut high) = (low.max(0.0) as f32, high.min(dim - 1.0) as f32);
+            if low == high {
+                high += 0.001;
+            }
+            let factor = y.factor as f32;
+            for (i, f) in inv.iter_mut().enumerate() {
+                let pos_freq = base.powf((2 * i) as f32 / rot_dim as f32);
+                let extrapolation = 1.0 / pos_freq;
+                let interpolation = 1.0 / (factor * pos_freq);
+                let ramp = ((i as f32 - low) / (high - low)).clamp(0.0, 1.0);
+                let extrapolation_factor = 1.0 - ramp;
+                *f = interpolation * (1.0 - extrapolation_factor)
+                    + extrapolation * extrapolation_factor;
+            }
+        }
     }
     inv
 }
 
-/// `cos`/`sin` of `pos * inv_freq[i]` (the product rounded to f32 first, as `transformers` does).
-pub fn cos_sin_from(inv_freq: &[f32], pos: usize, cos: &mut [f32], sin: &mut [f32]) {
+/// The factor the scaling applies to cos and sin (YaRN's attention factor; 1 otherwise).
+pub fn attention_scaling(scaling: &RopeScaling) -> f32 {
+    match scaling {
+        RopeScaling::Yarn(y) => y.attention_factor() as f32,
+        _ => 1.0,
+    }
+}
+
+/// `cos`/`sin` of `pos * inv_freq[i]` (the product rounded to f32 first, as `transformers` does),
+/// each multiplied by `scale` (1 except for YaRN).
+pub fn cos_sin_from(inv_freq: &[f32], scale: f32, pos: usize, cos: &mut [f32], sin: &mut [f32]) {
     let p = pos as f32;
     for ((c, s), &f) in cos.iter_mut().zip(sin.iter_mut()).zip(inv_freq) {
         let a = p * f;
-        *c = a.cos();
-        *s = a.sin();
+        *c = a.cos() * scale;
+        *s = a.sin() * scale;
     }
 }
 
@@ -91,6 +131,7 @@ impl RopeTable {
         RopeTable {
             rot_dim,
             inv_freq: compute_inv_freq(rot_dim, theta, scaling),
+            scale: attention_scaling(scaling),
         }
     }
 
@@ -106,7 +147,7 @@ impl RopeTable {
 
     /// `cos`/`sin` for a position (each `rot_dim / 2` long).
     pub fn cos_sin(&self, pos: usize, cos: &mut [f32], sin: &mut [f32]) {
-        cos_sin_from(&self.inv_freq, pos, cos, sin)
+        cos_sin_from(&self.inv_freq, self.scale, pos, cos, sin)
     }
 }
 

@@ -1,6 +1,8 @@
 //! The decoder-only transformer shared by the families: GQA attention with
-//! optional q/k norm, dense SwiGLU MLP or a softmax-routed MoE block, pre-norm
-//! residual layers. Family files build it from their own config and tensor names.
+//! optional q/k norm or multi-head latent attention (MLA), dense SwiGLU MLP or a
+//! routed MoE block (softmax or grouped-sigmoid routing, optional shared expert),
+//! pre-norm residual layers. Family files build it from their own config and
+//! tensor names.
 //!
 //! One forward pass handles any number of tokens: prefill is the same code as
 //! decode with more rows, and every per-token result is computed in the same
@@ -10,7 +12,9 @@
 use coli_kernels::attention::{attend, KvView};
 use coli_kernels::norm::{rms_norm, swiglu_inplace};
 use coli_kernels::rope::{apply as apply_rope, RopeLayout, RopeTable};
-use coli_kernels::routing::softmax_top_k;
+use coli_kernels::routing::{
+    sigmoid, sigmoid_group_top_k, softmax_top_k, GroupedSigmoid, RouteScratch,
+};
 use rayon::prelude::*;
 
 use crate::weights::Linear;
@@ -38,6 +42,35 @@ pub struct ModelInfo {
     pub max_position_embeddings: usize,
     /// End-of-sequence ids from config.json.
     pub eos_token_ids: Vec<u32>,
+    /// What the KV cache stores per position and layer.
+    pub kv: KvShape,
+}
+
+/// Elements the KV cache keeps per position and layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvShape {
+    /// Key elements (GQA: `n_kv_heads * head_dim`; MLA: `kv_lora_rank + rope dims`).
+    pub key_width: usize,
+    /// Value elements (GQA: as keys; MLA: 0, the latent serves as both).
+    pub value_width: usize,
+}
+
+impl KvShape {
+    /// Grouped-query attention: keys and values of every KV head.
+    pub fn gqa(n_kv_heads: usize, head_dim: usize) -> KvShape {
+        KvShape {
+            key_width: n_kv_heads * head_dim,
+            value_width: n_kv_heads * head_dim,
+        }
+    }
+
+    /// MLA: the compressed latent plus the shared rotary key, nothing expanded.
+    pub fn mla(kv_lora_rank: usize, rope_dim: usize) -> KvShape {
+        KvShape {
+            key_width: kv_lora_rank + rope_dim,
+            value_width: 0,
+        }
+    }
 }
 
 /// How q and k are normalised before RoPE.
@@ -50,6 +83,13 @@ pub enum QkNorm {
         /// Weight of length `n_heads * head_dim`.
         q: Vec<f32>,
         /// Weight of length `n_kv_heads * head_dim`.
+        k: Vec<f32>,
+    },
+    /// RMSNorm of each head separately, one weight shared by the heads (Qwen3, GLM-4.5).
+    PerHead {
+        /// Weight of length `head_dim`.
+        q: Vec<f32>,
+        /// Weight of length `head_dim`.
         k: Vec<f32>,
     },
 }
@@ -71,6 +111,64 @@ pub struct Attention {
     pub clip_qkv: Option<f32>,
 }
 
+/// How MLA forms its queries.
+#[derive(Clone, Debug)]
+pub enum MlaQuery {
+    /// One projection `q_proj` (`q_lora_rank` null).
+    Direct(Linear),
+    /// `q_b(norm(q_a x))`.
+    LowRank {
+        /// `[q_lora_rank, hidden]`.
+        a: Linear,
+        /// RMSNorm weight of length `q_lora_rank`.
+        norm: Vec<f32>,
+        /// `[n_heads * (nope + rope), q_lora_rank]`.
+        b: Linear,
+    },
+}
+
+/// Multi-head latent attention (DeepSeek-V3, Kimi-K2, GLM-5). The cache keeps per
+/// position only the normalised latent (`rank` values) and the rotated shared key
+/// (`rope` values). Queries are absorbed into the latent space (`q_nope · W_uk`) and the
+/// attended latent is expanded by `W_uv` afterwards, so prefill and decode run the
+/// same per-token arithmetic.
+#[derive(Clone, Debug)]
+pub struct Mla {
+    /// Query projection(s).
+    pub q: MlaQuery,
+    /// `kv_a_proj_with_mqa`: `[rank + rope, hidden]`.
+    pub kv_a: Linear,
+    /// RMSNorm of the latent, length `rank`.
+    pub kv_norm: Vec<f32>,
+    /// `kv_b_proj`: `[n_heads * (nope + v_dim), rank]`, per head `nope` key rows then `v_dim` value rows.
+    pub kv_b: Linear,
+    /// `[hidden, n_heads * v_dim]`.
+    pub o_proj: Linear,
+    /// Attention heads.
+    pub n_heads: usize,
+    /// Non-rotary query/key dims per head.
+    pub nope: usize,
+    /// Rotary dims per head (shared key).
+    pub rope: usize,
+    /// Value dims per head.
+    pub v_dim: usize,
+    /// `kv_lora_rank`.
+    pub rank: usize,
+    /// Epsilon of the two low-rank norms.
+    pub norm_eps: f32,
+    /// Softmax scale (`qk_head_dim^-0.5`, times YaRN's mscale² where configured).
+    pub scale: f32,
+}
+
+/// The token mixer of a layer.
+#[derive(Clone, Debug)]
+pub enum Mixer {
+    /// Grouped-query attention over a per-head KV cache.
+    Gqa(Box<Attention>),
+    /// Multi-head latent attention over a compressed cache.
+    Mla(Box<Mla>),
+}
+
 /// A SwiGLU MLP: `down(silu(gate x) * up x)`.
 #[derive(Clone, Debug)]
 pub struct Mlp {
@@ -82,7 +180,39 @@ pub struct Mlp {
     pub down_proj: Linear,
 }
 
-/// Softmax-routed mixture of experts.
+/// How a token's experts and their weights are chosen from the router logits.
+#[derive(Clone, Debug)]
+pub enum Routing {
+    /// Softmax over all experts, top-k (Mixtral, OLMoE, Qwen-MoE).
+    Softmax {
+        /// Renormalise the top-k weights to sum to 1.
+        norm_topk_prob: bool,
+    },
+    /// Sigmoid scores, bias-corrected group-limited selection (DeepSeek-V3, GLM-4.5).
+    GroupedSigmoid {
+        /// `e_score_correction_bias` (selection only).
+        bias: Vec<f32>,
+        /// `n_group`.
+        n_group: usize,
+        /// `topk_group`.
+        topk_group: usize,
+        /// Renormalise the chosen weights.
+        norm_topk_prob: bool,
+        /// `routed_scaling_factor`.
+        scaling: f32,
+    },
+}
+
+/// Experts every token goes through besides the routed ones.
+#[derive(Clone, Debug)]
+pub struct SharedExpert {
+    /// The expert (DeepSeek: `n_shared_experts` fused into one wider MLP).
+    pub mlp: Mlp,
+    /// Qwen2-MoE's `shared_expert_gate` `[1, hidden]`: output scaled by `sigmoid(gate x)`.
+    pub gate: Option<Linear>,
+}
+
+/// A routed mixture of experts.
 #[derive(Clone, Debug)]
 pub struct Moe {
     /// Router `[n_experts, hidden]`.
@@ -91,8 +221,10 @@ pub struct Moe {
     pub experts: Vec<Mlp>,
     /// Experts per token.
     pub top_k: usize,
-    /// Renormalise the top-k weights to sum to 1.
-    pub norm_topk_prob: bool,
+    /// Routing rule.
+    pub routing: Routing,
+    /// Shared expert, if the family has one.
+    pub shared: Option<SharedExpert>,
 }
 
 /// The feed-forward part of a layer.
@@ -101,7 +233,7 @@ pub enum Ffn {
     /// Dense SwiGLU.
     Dense(Box<Mlp>),
     /// Mixture of experts.
-    Moe(Moe),
+    Moe(Box<Moe>),
 }
 
 /// One pre-norm decoder layer.
@@ -110,7 +242,7 @@ pub struct Layer {
     /// RMSNorm before attention.
     pub input_layernorm: Vec<f32>,
     /// Attention.
-    pub attn: Attention,
+    pub attn: Mixer,
     /// RMSNorm before the feed-forward block.
     pub post_attention_layernorm: Vec<f32>,
     /// Feed-forward block.
@@ -150,12 +282,22 @@ pub struct KvCache {
 impl KvCache {
     /// Allocates the whole cache up front (decode never allocates).
     pub fn new(info: &ModelInfo, capacity: usize) -> KvCache {
-        let per_layer = capacity * info.n_kv_heads * info.head_dim;
+        let (kw, vw) = (info.kv.key_width, info.kv.value_width);
         KvCache {
-            keys: (0..info.n_layers).map(|_| vec![0.0; per_layer]).collect(),
-            values: (0..info.n_layers).map(|_| vec![0.0; per_layer]).collect(),
+            keys: (0..info.n_layers)
+                .map(|_| vec![0.0; capacity * kw])
+                .collect(),
+            values: (0..info.n_layers)
+                .map(|_| vec![0.0; capacity * vw])
+                .collect(),
             capacity,
         }
+    }
+
+    /// Bytes the cache holds.
+    pub fn bytes(&self) -> usize {
+        let n: usize = self.keys.iter().chain(&self.values).map(Vec::len).sum();
+        n * std::mem::size_of::<f32>()
     }
 }
 
@@ -172,7 +314,14 @@ pub struct Scratch {
     gate: Vec<f32>,
     up: Vec<f32>,
     scores: Vec<f32>,
+    // MLA: low-rank query, absorbed queries and attended latents (head-major), row buffers.
+    qa: Vec<f32>,
+    qabs: Vec<f32>,
+    latent: Vec<f32>,
+    rowbuf: Vec<f32>,
     // MoE routing and per-expert gather buffers.
+    route: RouteScratch,
+    shared_gate: Vec<f32>,
     router_logits: Vec<f32>,
     probs: Vec<f32>,
     order: Vec<usize>,
@@ -233,11 +382,30 @@ impl Transformer {
     fn dense_linears_mut(&mut self) -> Vec<&mut Linear> {
         let mut v = vec![&mut self.embed_tokens, &mut self.lm_head];
         for l in &mut self.layers {
-            let a = &mut l.attn;
-            v.extend([&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj]);
+            match &mut l.attn {
+                Mixer::Gqa(a) => {
+                    v.extend([&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj])
+                }
+                Mixer::Mla(m) => {
+                    match &mut m.q {
+                        MlaQuery::Direct(q) => v.push(q),
+                        MlaQuery::LowRank { a, b, .. } => v.extend([a, b]),
+                    }
+                    v.extend([&mut m.kv_a, &mut m.kv_b, &mut m.o_proj]);
+                }
+            }
             match &mut l.ffn {
                 Ffn::Dense(m) => v.extend([&mut m.gate_proj, &mut m.up_proj, &mut m.down_proj]),
-                Ffn::Moe(moe) => v.push(&mut moe.router),
+                Ffn::Moe(moe) => {
+                    v.push(&mut moe.router);
+                    if let Some(sh) = &mut moe.shared {
+                        let m = &mut sh.mlp;
+                        v.extend([&mut m.gate_proj, &mut m.up_proj, &mut m.down_proj]);
+                        if let Some(g) = &mut sh.gate {
+                            v.push(g);
+                        }
+                    }
+                }
             }
         }
         v
@@ -266,17 +434,38 @@ impl Transformer {
         s.sized_for = (n.max(sn), ctx.max(sc), logits_rows.max(sr));
         let (n, ctx, logits_rows) = s.sized_for;
         let i = &self.info;
-        let (h, qd, kvd) = (
-            i.hidden_size,
-            i.n_heads * i.head_dim,
-            i.n_kv_heads * i.head_dim,
-        );
+        let h = i.hidden_size;
+        // Widest q / k / v / attention-output rows over the layers' mixers.
+        let (mut qd, mut kd, mut vd, mut ad) = (0, 0, 0, 0);
+        for l in &self.layers {
+            match &l.attn {
+                Mixer::Gqa(_) => {
+                    let kvd = i.n_kv_heads * i.head_dim;
+                    qd = qd.max(i.n_heads * i.head_dim);
+                    kd = kd.max(kvd);
+                    vd = vd.max(kvd);
+                    ad = ad.max(i.n_heads * i.head_dim);
+                }
+                Mixer::Mla(m) => {
+                    let kw = m.rank + m.rope;
+                    qd = qd.max(m.n_heads * (m.nope + m.rope));
+                    kd = kd.max(kw);
+                    ad = ad.max(m.n_heads * m.v_dim);
+                    if let MlaQuery::LowRank { a, .. } = &m.q {
+                        grow(&mut s.qa, n * a.rows);
+                    }
+                    grow(&mut s.qabs, m.n_heads * n * kw);
+                    grow(&mut s.latent, m.n_heads * n * m.rank);
+                    grow(&mut s.rowbuf, m.n_heads * m.rank);
+                }
+            }
+        }
         grow(&mut s.x, n * h);
         grow(&mut s.xn, n * h);
         grow(&mut s.q, n * qd);
-        grow(&mut s.k, n * kvd);
-        grow(&mut s.v, n * kvd);
-        grow(&mut s.attn, n * qd);
+        grow(&mut s.k, n * kd);
+        grow(&mut s.v, n * vd);
+        grow(&mut s.attn, n * ad);
         grow(&mut s.proj, n * h);
         grow(&mut s.scores, ATTENTION_TASKS * ctx);
         grow(&mut s.logits, logits_rows * i.vocab_size);
@@ -293,6 +482,10 @@ impl Transformer {
                         .map(|m| m.gate_proj.rows)
                         .max()
                         .unwrap_or(0);
+                    if let Some(sh) = &moe.shared {
+                        inter = inter.max(sh.mlp.gate_proj.rows);
+                        grow(&mut s.shared_gate, n);
+                    }
                     grow(&mut s.router_logits, n * e);
                     grow(&mut s.probs, e);
                     grow(&mut s.weights, n * k);
@@ -349,7 +542,10 @@ impl Transformer {
                 self.rms_norm_eps,
                 &mut s.xn[..n * h],
             );
-            self.attention(li, &layer.attn, n, start, kv, s, positions);
+            match &layer.attn {
+                Mixer::Gqa(a) => self.attention(li, a, n, start, kv, s, positions),
+                Mixer::Mla(m) => self.mla(li, m, n, start, kv, s, positions),
+            }
             add_into(&mut s.x[..n * h], &s.proj[..n * h]);
             norm_rows(
                 &s.x[..n * h],
@@ -408,7 +604,8 @@ impl Transformer {
             n,
             [&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]],
         );
-        if let QkNorm::FullProjection { q, k } = &a.qk_norm {
+        // Full-projection weights span a whole row; per-head weights repeat every head_dim.
+        if let QkNorm::FullProjection { q, k } | QkNorm::PerHead { q, k } = &a.qk_norm {
             norm_rows_inplace(&mut s.q[..n * qd], q, self.rms_norm_eps);
             norm_rows_inplace(&mut s.k[..n * kvd], k, self.rms_norm_eps);
         }
@@ -481,6 +678,145 @@ impl Transformer {
     }
 }
 
+/// One position's query row, latent row and cache row, as the MLA position loop hands them out.
+type MlaPositionItem<'a> = (usize, ((&'a mut [f32], &'a mut [f32]), &'a mut [f32]));
+
+impl Transformer {
+    /// Multi-head latent attention for `n` tokens (see [`Mla`]).
+    #[allow(clippy::too_many_arguments)]
+    fn mla(
+        &self,
+        li: usize,
+        m: &Mla,
+        n: usize,
+        start: usize,
+        kv: &mut KvCache,
+        s: &mut Scratch,
+        positions: PositionLoop,
+    ) {
+        let h = self.info.hidden_size;
+        let (nh, nope, rp, vd, r) = (m.n_heads, m.nope, m.rope, m.v_dim, m.rank);
+        let (qk, kw) = (nope + rp, r + rp);
+        let xn = &s.xn[..n * h];
+        match &m.q {
+            MlaQuery::Direct(qp) => Linear::forward_group(
+                [qp, &m.kv_a],
+                xn,
+                n,
+                [&mut s.q[..n * nh * qk], &mut s.k[..n * kw]],
+            ),
+            MlaQuery::LowRank { a, norm, b } => {
+                let qr = a.rows;
+                Linear::forward_group(
+                    [a, &m.kv_a],
+                    xn,
+                    n,
+                    [&mut s.qa[..n * qr], &mut s.k[..n * kw]],
+                );
+                norm_rows_inplace(&mut s.qa[..n * qr], norm, m.norm_eps);
+                b.forward(&s.qa[..n * qr], n, &mut s.q[..n * nh * qk]);
+            }
+        }
+        // Per position: normalise the latent, rotate the rope parts, write the cache row.
+        let (rope, layout) = (&self.rope, self.rope_layout);
+        let cache = &mut kv.keys[li][start * kw..(start + n) * kw];
+        let work = |(t, ((q, k), c)): MlaPositionItem| {
+            coli_kernels::norm::rms_norm_inplace(&mut k[..r], &m.kv_norm, m.norm_eps);
+            let half = rp / 2;
+            let mut cos = [0.0f32; MAX_ROT_HALF];
+            let mut sin = [0.0f32; MAX_ROT_HALF];
+            rope.cos_sin(start + t, &mut cos[..half], &mut sin[..half]);
+            apply_rope(layout, &mut k[r..], &cos[..half], &sin[..half]);
+            for head in q.chunks_mut(qk) {
+                apply_rope(layout, &mut head[nope..], &cos[..half], &sin[..half]);
+            }
+            c.copy_from_slice(k);
+        };
+        match positions {
+            PositionLoop::Serial => s.q[..n * nh * qk]
+                .chunks_mut(nh * qk)
+                .zip(s.k[..n * kw].chunks_mut(kw))
+                .zip(cache.chunks_mut(kw))
+                .enumerate()
+                .for_each(work),
+            PositionLoop::Parallel => s.q[..n * nh * qk]
+                .par_chunks_mut(nh * qk)
+                .zip(s.k[..n * kw].par_chunks_mut(kw))
+                .zip(cache.par_chunks_mut(kw))
+                .enumerate()
+                .for_each(work),
+        }
+        // Absorbed queries, head-major `[head][t] = (q_nope · W_uk(head), q_rope)`: the nope
+        // rows of W_uk are accumulated in increasing order, per token.
+        let q = &s.q[..n * nh * qk];
+        s.qabs[..nh * n * kw]
+            .par_chunks_mut(n * kw)
+            .zip(s.rowbuf[..nh * r].par_chunks_mut(r))
+            .enumerate()
+            .for_each(|(head, (qa, row))| {
+                qa.fill(0.0);
+                for i in 0..nope {
+                    m.kv_b.row_f32(head * (nope + vd) + i, row);
+                    for t in 0..n {
+                        let qi = q[t * nh * qk + head * qk + i];
+                        for (d, &w) in qa[t * kw..t * kw + r].iter_mut().zip(row.iter()) {
+                            *d += qi * w;
+                        }
+                    }
+                }
+                for t in 0..n {
+                    qa[t * kw + r..(t + 1) * kw]
+                        .copy_from_slice(&q[t * nh * qk + head * qk + nope..][..rp]);
+                }
+            });
+        // Attention over the latent cache: keys are whole rows, values their first `r` values.
+        let ctx = start + n;
+        let cache = &kv.keys[li][..ctx * kw];
+        let qabs = &s.qabs[..nh * n * kw];
+        let items = nh * n;
+        let per_task = items.div_ceil(ATTENTION_TASKS.min(items));
+        s.latent[..items * r]
+            .par_chunks_mut(per_task * r)
+            .zip(s.scores[..items.div_ceil(per_task) * ctx].par_chunks_mut(ctx))
+            .enumerate()
+            .for_each(|(task, (outs, scores))| {
+                for (j, out) in outs.chunks_mut(r).enumerate() {
+                    let i = task * per_task + j;
+                    let t = i % n;
+                    let view = KvView {
+                        keys: cache,
+                        values: cache,
+                        stride: kw,
+                        offset: 0,
+                        head_dim: kw,
+                    };
+                    attend(
+                        &qabs[i * kw..][..kw],
+                        view,
+                        start + t + 1,
+                        m.scale,
+                        scores,
+                        out,
+                    );
+                }
+            });
+        // Expand each head's attended latent through W_uv into token-major `[t][head][v]`.
+        let latent = &s.latent[..items * r];
+        s.attn[..n * nh * vd]
+            .par_chunks_mut(vd)
+            .enumerate()
+            .for_each(|(i, out)| {
+                let (t, head) = (i / nh, i % nh);
+                let c = &latent[(head * n + t) * r..][..r];
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = m.kv_b.dot_row(head * (nope + vd) + nope + j, c);
+                }
+            });
+        m.o_proj
+            .forward(&s.attn[..n * nh * vd], n, &mut s.proj[..n * h]);
+    }
+}
+
 /// RoPE for one position: every query head and every key head.
 fn rope_position(
     rope: &RopeTable,
@@ -536,15 +872,38 @@ fn moe_forward(moe: &Moe, n: usize, h: usize, s: &mut Scratch) {
     moe.router
         .forward(&s.xn[..n * h], n, &mut s.router_logits[..n * e]);
     for t in 0..n {
-        softmax_top_k(
-            &s.router_logits[t * e..(t + 1) * e],
-            k,
-            moe.norm_topk_prob,
-            &mut s.probs,
-            &mut s.order,
+        let logits = &s.router_logits[t * e..(t + 1) * e];
+        let (experts, weights) = (
             &mut s.experts[t * k..(t + 1) * k],
             &mut s.weights[t * k..(t + 1) * k],
         );
+        match &moe.routing {
+            Routing::Softmax { norm_topk_prob } => softmax_top_k(
+                logits,
+                k,
+                *norm_topk_prob,
+                &mut s.probs,
+                &mut s.order,
+                experts,
+                weights,
+            ),
+            Routing::GroupedSigmoid {
+                bias,
+                n_group,
+                topk_group,
+                norm_topk_prob,
+                scaling,
+            } => {
+                let p = GroupedSigmoid {
+                    bias,
+                    n_group: *n_group,
+                    topk_group: *topk_group,
+                    renormalize: *norm_topk_prob,
+                    scaling: *scaling,
+                };
+                sigmoid_group_top_k(logits, k, &p, &mut s.route, experts, weights)
+            }
+        }
     }
     // Counting sort of the (token, rank) slots by expert.
     let counts = &mut s.counts[..e + 1];
@@ -596,6 +955,24 @@ fn moe_forward(moe: &Moe, n: usize, h: usize, s: &mut Scratch) {
             }
         }
     }
+    // The shared expert, added after the routed sum (optionally gated per token).
+    if let Some(sh) = &moe.shared {
+        let y = &mut s.expert_y[..n * h];
+        mlp_forward(&sh.mlp, n, &s.xn[..n * h], &mut s.gate, &mut s.up, y);
+        if let Some(g) = &sh.gate {
+            g.forward(&s.xn[..n * h], n, &mut s.shared_gate[..n]);
+        }
+        for t in 0..n {
+            let w = sh.gate.as_ref().map(|_| sigmoid(s.shared_gate[t]));
+            let o = &mut s.proj[t * h..(t + 1) * h];
+            for (oi, &yi) in o.iter_mut().zip(&y[t * h..(t + 1) * h]) {
+                *oi += match w {
+                    Some(w) => w * yi,
+                    None => yi,
+                };
+            }
+        }
+    }
 }
 
 /// Loaders of the shared blocks, given the names a family's checkpoint uses.
@@ -637,12 +1014,13 @@ pub mod load {
         Ok(hd)
     }
 
-    /// `{prefix}.{q,k,v,o}_proj` with optional biases.
+    /// `{prefix}.{q,k,v,o}_proj`, with biases on q/k/v if `qkv_bias` and on o if `o_bias`.
     pub fn attention(
         dir: &ModelDir,
         prefix: &str,
         info: &ModelInfo,
-        bias: bool,
+        qkv_bias: bool,
+        o_bias: bool,
     ) -> Result<Attention> {
         let (h, qd, kvd) = (
             info.hidden_size,
@@ -650,10 +1028,10 @@ pub mod load {
             info.n_kv_heads * info.head_dim,
         );
         Ok(Attention {
-            q_proj: Linear::load_prefixed(dir, &format!("{prefix}.q_proj"), qd, h, bias)?,
-            k_proj: Linear::load_prefixed(dir, &format!("{prefix}.k_proj"), kvd, h, bias)?,
-            v_proj: Linear::load_prefixed(dir, &format!("{prefix}.v_proj"), kvd, h, bias)?,
-            o_proj: Linear::load_prefixed(dir, &format!("{prefix}.o_proj"), h, qd, bias)?,
+            q_proj: Linear::load_prefixed(dir, &format!("{prefix}.q_proj"), qd, h, qkv_bias)?,
+            k_proj: Linear::load_prefixed(dir, &format!("{prefix}.k_proj"), kvd, h, qkv_bias)?,
+            v_proj: Linear::load_prefixed(dir, &format!("{prefix}.v_proj"), kvd, h, qkv_bias)?,
+            o_proj: Linear::load_prefixed(dir, &format!("{prefix}.o_proj"), h, qd, o_bias)?,
             qk_norm: QkNorm::None,
             clip_qkv: None,
         })
@@ -671,6 +1049,315 @@ pub mod load {
             gate_proj: Linear::load_prefixed(dir, gate, inter, hidden, bias)?,
             up_proj: Linear::load_prefixed(dir, up, inter, hidden, bias)?,
             down_proj: Linear::load_prefixed(dir, down, hidden, inter, bias)?,
+        })
+    }
+
+    /// A pre-norm layer `{p}` around its mixer and feed-forward block (loads the two norms).
+    pub fn layer(dir: &ModelDir, p: &str, hidden: usize, attn: Mixer, ffn: Ffn) -> Result<Layer> {
+        Ok(Layer {
+            input_layernorm: crate::weights::load_vector(
+                dir,
+                &format!("{p}.input_layernorm.weight"),
+                hidden,
+            )?,
+            attn,
+            post_attention_layernorm: crate::weights::load_vector(
+                dir,
+                &format!("{p}.post_attention_layernorm.weight"),
+                hidden,
+            )?,
+            ffn,
+        })
+    }
+
+    /// `{prefix}.{gate,up,down}_proj` without biases.
+    pub fn swiglu(dir: &ModelDir, prefix: &str, hidden: usize, inter: usize) -> Result<Mlp> {
+        mlp(
+            dir,
+            [
+                &format!("{prefix}.gate_proj"),
+                &format!("{prefix}.up_proj"),
+                &format!("{prefix}.down_proj"),
+            ],
+            hidden,
+            inter,
+            false,
+        )
+    }
+
+    /// Shapes of an MLA block (config keys of DeepSeek-V3).
+    #[derive(Clone, Copy, Debug)]
+    pub struct MlaDims {
+        /// `num_attention_heads`.
+        pub n_heads: usize,
+        /// `q_lora_rank` (None: a plain `q_proj`).
+        pub q_lora_rank: Option<usize>,
+        /// `kv_lora_rank`.
+        pub kv_lora_rank: usize,
+        /// `qk_nope_head_dim`.
+        pub nope: usize,
+        /// `qk_rope_head_dim`.
+        pub rope: usize,
+        /// `v_head_dim`.
+        pub v_dim: usize,
+    }
+
+    impl MlaDims {
+        /// Checks every dimension; errors name the config key.
+        pub fn validate(&self, dir: &ModelDir) -> Result<()> {
+            let c = &dir.config;
+            for (key, v) in [
+                ("num_attention_heads", self.n_heads),
+                ("kv_lora_rank", self.kv_lora_rank),
+                ("qk_nope_head_dim", self.nope),
+                ("v_head_dim", self.v_dim),
+            ] {
+                if v == 0 {
+                    return Err(c.error(key, "must be positive").into());
+                }
+            }
+            if self.rope == 0 || !self.rope.is_multiple_of(2) || self.rope / 2 > MAX_ROT_HALF {
+                return Err(c
+                    .error(
+                        "qk_rope_head_dim",
+                        format!(
+                            "{} must be even, positive and at most {}",
+                            self.rope,
+                            2 * MAX_ROT_HALF
+                        ),
+                    )
+                    .into());
+            }
+            if self.q_lora_rank == Some(0) {
+                return Err(c.error("q_lora_rank", "must be positive or null").into());
+            }
+            Ok(())
+        }
+    }
+
+    /// An MLA block `{prefix}.{q_proj | q_a_proj, q_a_layernorm, q_b_proj}, kv_a_proj_with_mqa,
+    /// kv_a_layernorm, kv_b_proj, o_proj`.
+    pub fn mla(
+        dir: &ModelDir,
+        prefix: &str,
+        d: &MlaDims,
+        hidden: usize,
+        bias: bool,
+        norm_eps: f32,
+        scale: f32,
+    ) -> Result<Mla> {
+        let (nh, qk) = (d.n_heads, d.nope + d.rope);
+        let w = |name: &str, rows: usize, cols: usize, b: bool| {
+            Linear::load_prefixed(dir, &format!("{prefix}.{name}"), rows, cols, b)
+        };
+        let q = match d.q_lora_rank {
+            None => MlaQuery::Direct(w("q_proj", nh * qk, hidden, false)?),
+            Some(qr) => MlaQuery::LowRank {
+                a: w("q_a_proj", qr, hidden, bias)?,
+                norm: crate::weights::load_vector(
+                    dir,
+                    &format!("{prefix}.q_a_layernorm.weight"),
+                    qr,
+                )?,
+                b: w("q_b_proj", nh * qk, qr, false)?,
+            },
+        };
+        Ok(Mla {
+            q,
+            kv_a: w("kv_a_proj_with_mqa", d.kv_lora_rank + d.rope, hidden, bias)?,
+            kv_norm: crate::weights::load_vector(
+                dir,
+                &format!("{prefix}.kv_a_layernorm.weight"),
+                d.kv_lora_rank,
+            )?,
+            kv_b: w("kv_b_proj", nh * (d.nope + d.v_dim), d.kv_lora_rank, false)?,
+            o_proj: w("o_proj", hidden, nh * d.v_dim, bias)?,
+            n_heads: nh,
+            nope: d.nope,
+            rope: d.rope,
+            v_dim: d.v_dim,
+            rank: d.kv_lora_rank,
+            norm_eps,
+            scale,
+        })
+    }
+
+    /// Routing and expert counts of a DeepSeek-style MoE block (DeepSeek-V3, Kimi-K2, GLM).
+    #[derive(Clone, Copy, Debug)]
+    pub struct SigmoidMoeConfig {
+        /// `n_routed_experts`.
+        pub n_routed_experts: usize,
+        /// `num_experts_per_tok`.
+        pub top_k: usize,
+        /// `moe_intermediate_size`.
+        pub moe_intermediate_size: usize,
+        /// `n_shared_experts` (fused into one MLP of `n * moe_intermediate_size`).
+        pub n_shared_experts: usize,
+        /// `n_group`.
+        pub n_group: usize,
+        /// `topk_group`.
+        pub topk_group: usize,
+        /// `norm_topk_prob`.
+        pub norm_topk_prob: bool,
+        /// `routed_scaling_factor`.
+        pub routed_scaling_factor: f64,
+    }
+
+    /// `{prefix}.gate` (weight + `e_score_correction_bias`), `{prefix}.experts.{e}`,
+    /// `{prefix}.shared_experts`.
+    pub fn sigmoid_moe(
+        dir: &ModelDir,
+        prefix: &str,
+        hidden: usize,
+        m: &SigmoidMoeConfig,
+    ) -> Result<Moe> {
+        let gate = format!("{prefix}.gate");
+        let routing = grouped_sigmoid(
+            dir,
+            &gate,
+            m.n_routed_experts,
+            m.top_k,
+            m.n_group,
+            m.topk_group,
+            m.norm_topk_prob,
+            m.routed_scaling_factor,
+        )?;
+        let shared = if m.n_shared_experts > 0 {
+            Some(SharedExpert {
+                mlp: swiglu(
+                    dir,
+                    &format!("{prefix}.shared_experts"),
+                    hidden,
+                    m.n_shared_experts * m.moe_intermediate_size,
+                )?,
+                gate: None,
+            })
+        } else {
+            None
+        };
+        Ok(Moe {
+            router: Linear::load(dir, &format!("{gate}.weight"), m.n_routed_experts, hidden)?,
+            experts: experts(
+                dir,
+                &format!("{prefix}.experts"),
+                m.n_routed_experts,
+                ["gate_proj", "up_proj", "down_proj"],
+                hidden,
+                m.moe_intermediate_size,
+            )?,
+            top_k: m.top_k,
+            routing,
+            shared,
+        })
+    }
+
+    /// `count` experts named `{prefix}.{e}.{gate}` / `.{up}` / `.{down}`.
+    pub fn experts(
+        dir: &ModelDir,
+        prefix: &str,
+        count: usize,
+        [gate, up, down]: [&str; 3],
+        hidden: usize,
+        inter: usize,
+    ) -> Result<Vec<Mlp>> {
+        (0..count)
+            .map(|e| {
+                mlp(
+                    dir,
+                    [
+                        &format!("{prefix}.{e}.{gate}"),
+                        &format!("{prefix}.{e}.{up}"),
+                        &format!("{prefix}.{e}.{down}"),
+                    ],
+                    hidden,
+                    inter,
+                    false,
+                )
+            })
+            .collect()
+    }
+
+    /// Checks the expert count (`experts_key`) and `num_experts_per_tok` against each other.
+    pub fn check_top_k(
+        dir: &ModelDir,
+        experts_key: &str,
+        n_experts: usize,
+        top_k: usize,
+    ) -> Result<()> {
+        let c = &dir.config;
+        if n_experts == 0 {
+            return Err(c.error(experts_key, "must be positive").into());
+        }
+        if top_k == 0 || top_k > n_experts {
+            return Err(c
+                .error(
+                    "num_experts_per_tok",
+                    format!("{top_k} must be between 1 and {experts_key} = {n_experts}"),
+                )
+                .into());
+        }
+        Ok(())
+    }
+
+    /// DeepSeek-style routing settings, validated; the bias is `{gate}.e_score_correction_bias`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn grouped_sigmoid(
+        dir: &ModelDir,
+        gate: &str,
+        n_experts: usize,
+        top_k: usize,
+        n_group: usize,
+        topk_group: usize,
+        norm_topk_prob: bool,
+        scaling: f64,
+    ) -> Result<Routing> {
+        let c = &dir.config;
+        if n_group == 0 || !n_experts.is_multiple_of(n_group) {
+            return Err(c
+                .error(
+                    "n_group",
+                    format!("{n_group} must be positive and divide n_routed_experts = {n_experts}"),
+                )
+                .into());
+        }
+        if topk_group == 0 || topk_group > n_group {
+            return Err(c
+                .error(
+                    "topk_group",
+                    format!("{topk_group} must be between 1 and n_group = {n_group}"),
+                )
+                .into());
+        }
+        check_top_k(dir, "n_routed_experts", n_experts, top_k)?;
+        if top_k > topk_group * (n_experts / n_group) {
+            return Err(c
+                .error(
+                    "num_experts_per_tok",
+                    format!(
+                        "{top_k} exceeds the {} experts in topk_group = {topk_group} groups",
+                        topk_group * (n_experts / n_group)
+                    ),
+                )
+                .into());
+        }
+        if !(scaling.is_finite() && scaling > 0.0) {
+            return Err(c
+                .error(
+                    "routed_scaling_factor",
+                    format!("must be positive, found {scaling}"),
+                )
+                .into());
+        }
+        Ok(Routing::GroupedSigmoid {
+            bias: crate::weights::load_vector(
+                dir,
+                &format!("{gate}.e_score_correction_bias"),
+                n_experts,
+            )?,
+            n_group,
+            topk_group,
+            norm_topk_prob,
+            scaling: scaling as f32,
         })
     }
 

@@ -1,7 +1,8 @@
 //! coli-models: from a model directory to tokens.
 //!
 //! * [`registry`]: the one descriptor table of families (`model_type` → loader).
-//! * [`llama`], [`olmoe`]: one file per family, each reading like the
+//! * [`llama`], [`olmoe`], [`qwen_moe`], [`mixtral`], [`deepseek_v3`], [`glm4_moe`]:
+//!   one file per family, each reading like the
 //!   `transformers` modeling file it mirrors; shared blocks live in [`decoder`].
 //! * [`session`]: KV cache, batched prefill, step-by-step decode, generation.
 //! * [`sampling`], [`tokenizer`] (with the chat template), [`gguf_import`].
@@ -15,11 +16,15 @@
 //! ```
 
 pub mod decoder;
+pub mod deepseek_v3;
 pub mod demo;
 pub mod error;
 pub mod gguf_import;
+pub mod glm4_moe;
 pub mod llama;
+pub mod mixtral;
 pub mod olmoe;
+pub mod qwen_moe;
 pub mod registry;
 pub mod sampling;
 pub mod session;

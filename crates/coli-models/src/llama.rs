@@ -6,7 +6,7 @@ use coli_core::ModelDir;
 use coli_kernels::rope::{RopeLayout, RopeTable};
 use serde::Deserialize;
 
-use crate::decoder::{load, Ffn, Layer, ModelInfo, Transformer};
+use crate::decoder::{load, Ffn, KvShape, Layer, Mixer, ModelInfo, Transformer};
 use crate::error::Result;
 use crate::registry::{Capability, Family};
 use crate::weights::load_vector;
@@ -92,6 +92,7 @@ fn load(dir: &ModelDir) -> Result<Transformer> {
         head_dim,
         max_position_embeddings: cfg.max_position_embeddings,
         eos_token_ids: dir.config.eos_token_ids()?,
+        kv: KvShape::gqa(n_kv, head_dim),
     };
     let rope = dir.config.rope_parameters(10000.0)?;
     let (embed_tokens, lm_head) = load::embeddings(
@@ -110,7 +111,13 @@ fn load(dir: &ModelDir) -> Result<Transformer> {
                     &format!("{p}.input_layernorm.weight"),
                     cfg.hidden_size,
                 )?,
-                attn: load::attention(dir, &format!("{p}.self_attn"), &info, cfg.attention_bias)?,
+                attn: Mixer::Gqa(Box::new(load::attention(
+                    dir,
+                    &format!("{p}.self_attn"),
+                    &info,
+                    cfg.attention_bias,
+                    cfg.attention_bias,
+                )?)),
                 post_attention_layernorm: load_vector(
                     dir,
                     &format!("{p}.post_attention_layernorm.weight"),

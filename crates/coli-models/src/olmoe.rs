@@ -6,7 +6,7 @@ use coli_core::ModelDir;
 use coli_kernels::rope::{RopeLayout, RopeTable};
 use serde::Deserialize;
 
-use crate::decoder::{load, Ffn, Layer, ModelInfo, Moe, QkNorm, Transformer};
+use crate::decoder::{load, Ffn, KvShape, Mixer, ModelInfo, Moe, QkNorm, Routing, Transformer};
 use crate::error::Result;
 use crate::registry::{Capability, Family};
 use crate::weights::{load_vector, Linear};
@@ -83,20 +83,7 @@ impl Family for Olmoe {
 fn load(dir: &ModelDir) -> Result<Transformer> {
     let cfg: OlmoeConfig = dir.config.deserialize()?;
     let c = &dir.config;
-    if cfg.num_experts == 0 {
-        return Err(c.error("num_experts", "must be positive").into());
-    }
-    if cfg.num_experts_per_tok == 0 || cfg.num_experts_per_tok > cfg.num_experts {
-        return Err(c
-            .error(
-                "num_experts_per_tok",
-                format!(
-                    "{} must be between 1 and num_experts = {}",
-                    cfg.num_experts_per_tok, cfg.num_experts
-                ),
-            )
-            .into());
-    }
+    load::check_top_k(dir, "num_experts", cfg.num_experts, cfg.num_experts_per_tok)?;
     let n_kv = cfg.num_key_value_heads.unwrap_or(cfg.num_attention_heads);
     let head_dim = load::head_dim(dir, cfg.hidden_size, cfg.num_attention_heads, n_kv, None)?;
     let info = ModelInfo {
@@ -110,6 +97,7 @@ fn load(dir: &ModelDir) -> Result<Transformer> {
         head_dim,
         max_position_embeddings: cfg.max_position_embeddings,
         eos_token_ids: c.eos_token_ids()?,
+        kv: KvShape::gqa(n_kv, head_dim),
     };
     let rope = c.rope_parameters(10000.0)?;
     let h = cfg.hidden_size;
@@ -123,8 +111,13 @@ fn load(dir: &ModelDir) -> Result<Transformer> {
     let layers = (0..cfg.num_hidden_layers)
         .map(|i| {
             let p = format!("model.layers.{i}");
-            let mut attn =
-                load::attention(dir, &format!("{p}.self_attn"), &info, cfg.attention_bias)?;
+            let mut attn = load::attention(
+                dir,
+                &format!("{p}.self_attn"),
+                &info,
+                cfg.attention_bias,
+                cfg.attention_bias,
+            )?;
             attn.qk_norm = QkNorm::FullProjection {
                 q: load_vector(
                     dir,
@@ -138,37 +131,30 @@ fn load(dir: &ModelDir) -> Result<Transformer> {
                 )?,
             };
             attn.clip_qkv = cfg.clip_qkv.map(|v| v as f32);
-            let experts = (0..cfg.num_experts)
-                .map(|e| {
-                    let ep = format!("{p}.mlp.experts.{e}");
-                    load::mlp(
-                        dir,
-                        [
-                            &format!("{ep}.gate_proj"),
-                            &format!("{ep}.up_proj"),
-                            &format!("{ep}.down_proj"),
-                        ],
-                        h,
-                        cfg.intermediate_size,
-                        false,
-                    )
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok(Layer {
-                input_layernorm: load_vector(dir, &format!("{p}.input_layernorm.weight"), h)?,
-                attn,
-                post_attention_layernorm: load_vector(
-                    dir,
-                    &format!("{p}.post_attention_layernorm.weight"),
-                    h,
-                )?,
-                ffn: Ffn::Moe(Moe {
-                    router: Linear::load(dir, &format!("{p}.mlp.gate.weight"), cfg.num_experts, h)?,
-                    experts,
-                    top_k: cfg.num_experts_per_tok,
+            let experts = load::experts(
+                dir,
+                &format!("{p}.mlp.experts"),
+                cfg.num_experts,
+                ["gate_proj", "up_proj", "down_proj"],
+                h,
+                cfg.intermediate_size,
+            )?;
+            let moe = Moe {
+                router: Linear::load(dir, &format!("{p}.mlp.gate.weight"), cfg.num_experts, h)?,
+                experts,
+                top_k: cfg.num_experts_per_tok,
+                routing: Routing::Softmax {
                     norm_topk_prob: cfg.norm_topk_prob,
-                }),
-            })
+                },
+                shared: None,
+            };
+            load::layer(
+                dir,
+                &p,
+                h,
+                Mixer::Gqa(Box::new(attn)),
+                Ffn::Moe(Box::new(moe)),
+            )
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Transformer {

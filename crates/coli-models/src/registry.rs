@@ -20,6 +20,12 @@ pub enum Capability {
     QkNorm,
     /// Tied input/output embeddings.
     TiedEmbeddings,
+    /// Shared experts beside the routed ones.
+    SharedExperts,
+    /// Multi-head latent attention (compressed KV cache).
+    Mla,
+    /// Sigmoid routing with a selection bias and group-limited top-k.
+    GroupRouting,
 }
 
 /// A model family: what the registry needs to know about one `transformers` architecture.
@@ -61,6 +67,11 @@ pub struct FamilyDescriptor {
 pub static FAMILIES: &[FamilyDescriptor] = &[
     descriptor::<crate::llama::Llama>(),
     descriptor::<crate::olmoe::Olmoe>(),
+    descriptor::<crate::qwen_moe::Qwen2Moe>(),
+    descriptor::<crate::qwen_moe::Qwen3Moe>(),
+    descriptor::<crate::mixtral::Mixtral>(),
+    descriptor::<crate::deepseek_v3::DeepseekV3>(),
+    descriptor::<crate::glm4_moe::Glm4Moe>(),
 ];
 
 /// All supported `model_type` spellings, comma-separated.

@@ -105,6 +105,11 @@ impl Linear {
         }
     }
 
+    /// `W[r] · x` for one row, in the kernels' fixed reduction order.
+    pub fn dot_row(&self, r: usize, x: &[f32]) -> f32 {
+        coli_kernels::dot::dot(self.fmt, self.mat().row(r), x)
+    }
+
     /// Row `r` of the weight converted to f32 (embedding lookup).
     pub fn row_f32(&self, r: usize, out: &mut [f32]) {
         let m = self.mat();
