@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 
 use coli_core::write::{write_safetensors, TensorData};
 use coli_core::{DType, ModelDir};
-use coli_tests::{compare_logits, fixtures_dir, floats, ids, Reference};
+use coli_tests::{compare_logits, fixtures_dir, floats, ids, Reference, TINY_FIXTURES};
 use serde_json::Value;
 
 fn coli(args: &[&str]) -> Output {
@@ -39,12 +39,29 @@ fn info_lists_the_supported_model_types() {
     let out = coli(&["info"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("llama") && text.contains("olmoe"), "{text}");
+    for t in [
+        "llama",
+        "olmoe",
+        "qwen2_moe",
+        "qwen3_moe",
+        "mixtral",
+        "deepseek_v3",
+        "kimi_k2",
+        "glm4_moe",
+    ] {
+        assert!(text.contains(t), "{t} missing from: {text}");
+    }
 }
 
 #[test]
 fn eval_reports_teacher_forced_predictions_nll_and_logits() {
-    let r = Reference::load("olmoe_norm_topk");
+    for name in TINY_FIXTURES {
+        eval_matches_reference(name);
+    }
+}
+
+fn eval_matches_reference(name: &str) {
+    let r = Reference::load(name);
     let tmp = tempfile::tempdir().unwrap();
     let logits_path = tmp.path().join("logits.f32");
     let out = coli(&[
@@ -63,7 +80,7 @@ fn eval_reports_teacher_forced_predictions_nll_and_logits() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v = last_json(&out);
-    assert_eq!(ids(&v["tf_pred"]), ids(&r.json["tf_pred"]));
+    assert_eq!(ids(&v["tf_pred"]), ids(&r.json["tf_pred"]), "{name}");
     // NLL from the reference logits, computed here in f64.
     let vocab = r.vocab();
     let ids = r.ids();
@@ -79,7 +96,7 @@ fn eval_reports_teacher_forced_predictions_nll_and_logits() {
     let nll = v["nll"].as_f64().unwrap();
     assert!(
         (nll - want_nll).abs() < 1e-3 * want_nll.abs().max(1.0),
-        "nll {nll} vs {want_nll}"
+        "{name}: nll {nll} vs {want_nll}"
     );
     let bytes = std::fs::read(&logits_path).unwrap();
     let got: Vec<f32> = bytes
@@ -87,7 +104,7 @@ fn eval_reports_teacher_forced_predictions_nll_and_logits() {
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
         .collect();
     compare_logits(
-        "eval --logits-out",
+        &format!("{name}: eval --logits-out"),
         &got,
         &r.logits,
         &floats(&r.json["top2_margin"]),
@@ -99,7 +116,7 @@ fn eval_reports_teacher_forced_predictions_nll_and_logits() {
 
 #[test]
 fn run_with_prompt_ids_continues_greedily_like_transformers() {
-    for name in ["llama_gqa", "olmoe_gqa_clip"] {
+    for name in TINY_FIXTURES {
         let r = Reference::load(name);
         let want = ids(&r.json["greedy"]);
         let n = want.len().to_string();
@@ -266,12 +283,85 @@ fn bad_input_gets_a_clear_error_and_exit_code_2() {
     edit_config(t.path(), |v| v["model_type"] = "mamba9".into());
     expect_run_error(
         t.path(),
-        "unsupported model_type \"mamba9\" (supported: llama, olmoe)",
+        "unsupported model_type \"mamba9\" (supported: llama, olmoe, qwen2_moe, qwen3_moe, \
+         mixtral, deepseek_v3, kimi_k2, glm4_moe)",
     );
 
     let t = copy_fixture("olmoe_norm_topk");
     edit_config(t.path(), |v| v["num_experts_per_tok"] = 9.into());
     expect_run_error(t.path(), "num_experts_per_tok");
+
+    // The big families' impossible values, each named.
+    for (fixture, key, value, needle) in [
+        (
+            "deepseek_v3_group_yarn",
+            "topk_group",
+            5,
+            "key \"topk_group\": 5 must be between 1 and n_group = 4",
+        ),
+        (
+            "deepseek_v3_group_yarn",
+            "num_experts_per_tok",
+            9,
+            "key \"num_experts_per_tok\": 9 must be between 1 and n_routed_experts = 8",
+        ),
+        (
+            "deepseek_v3_group_yarn",
+            "n_group",
+            3,
+            "key \"n_group\": 3 must be positive and divide n_routed_experts = 8",
+        ),
+        (
+            "deepseek_v3_group_yarn",
+            "qk_rope_head_dim",
+            7,
+            "qk_rope_head_dim",
+        ),
+        (
+            "glm4_moe_partial_qknorm",
+            "topk_group",
+            2,
+            "key \"topk_group\": 2 must be between 1 and n_group = 1",
+        ),
+        (
+            "glm4_moe_partial_qknorm",
+            "partial_rotary_factor",
+            0,
+            "partial_rotary_factor",
+        ),
+        (
+            "qwen2_moe_shared",
+            "decoder_sparse_step",
+            0,
+            "key \"decoder_sparse_step\": must be positive",
+        ),
+        (
+            "qwen3_moe_headdim",
+            "num_experts_per_tok",
+            0,
+            "key \"num_experts_per_tok\": 0 must be between 1 and num_experts = 8",
+        ),
+        (
+            "mixtral_gqa",
+            "num_local_experts",
+            0,
+            "key \"num_local_experts\": must be positive",
+        ),
+        ("mixtral_gqa", "sliding_window", 16, "sliding_window"),
+    ] {
+        let t = copy_fixture(fixture);
+        edit_config(t.path(), |v| v[key] = value.into());
+        expect_run_error(t.path(), needle);
+    }
+    let t = copy_fixture("deepseek_v3_group_yarn");
+    drop_tensor(t.path(), "model.layers.2.self_attn.kv_b_proj.weight");
+    expect_run_error(
+        t.path(),
+        "tensor \"model.layers.2.self_attn.kv_b_proj.weight\" not found",
+    );
+    let t = copy_fixture("deepseek_v3_group_yarn");
+    drop_tensor(t.path(), "model.layers.1.mlp.gate.e_score_correction_bias");
+    expect_run_error(t.path(), "e_score_correction_bias\" not found");
 
     // Ids out of the vocabulary; text without a tokenizer.
     let r = Reference::load("llama_gqa");
