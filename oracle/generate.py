@@ -8,6 +8,7 @@ with `save_pretrained`, plus reference ids and f32 logits computed by
 
     pip install -r oracle/requirements.txt
     python oracle/generate.py tiny [NAME..] # tests/fixtures/<name>/
+    python oracle/generate.py tiny5         # GLM-5 fixtures, under oracle/requirements-tf5.txt
     python oracle/generate.py demo DIR      # tests/fixtures/demo/reference.json from coli's imported demo model
 
 Outputs are committed; the tests need no Python.
@@ -28,10 +29,10 @@ SEQ_LEN = 40
 GREEDY_PROMPT = 8
 GREEDY_NEW = 24
 # `generate.py tiny NAME...` rebuilds only the named fixtures.
-ONLY = sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "tiny" else []
+ONLY = sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] in ("tiny", "tiny5") else []
 
 
-def decisive_init(model, seed, gain):
+def decisive_init(model, seed, gain, bias_shift=0.0):
     """Random weights with 1/sqrt(fan_in) scale (times `gain` on the head), rounded to bf16."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -44,14 +45,15 @@ def decisive_init(model, seed, gain):
             elif "embed_tokens" in name:
                 v = torch.randn(p.shape, generator=g)
             else:
-                v = torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1])
+                v = torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1])
                 if "lm_head" in name:
                     v = v * gain
             p.copy_(v.to(torch.bfloat16).to(torch.float32))
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):
                 # A real checkpoint's bias steers selection; zeros would test nothing.
-                b.copy_((0.3 * torch.randn(b.shape, generator=g)).to(torch.bfloat16).to(torch.float32))
+                v = bias_shift + 0.3 * torch.randn(b.shape, generator=g)
+                b.copy_(v.to(torch.bfloat16).to(torch.float32))
 
 
 def reference(model, vocab, seed):
@@ -116,14 +118,15 @@ def add_mtp_layer(out, cfg):
         json.dump(c, f, indent=2)
 
 
-def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp=False, rename_type=None, **kw):
+def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp=False, rename_type=None,
+          bias_shift=0.0, **kw):
     if ONLY and name not in ONLY:
         return
     cfg = AutoConfig.for_model(model_type, **kw)
     cfg._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
-    decisive_init(model, seed, gain)
+    decisive_init(model, seed, gain, bias_shift)
     if cfg.tie_word_embeddings:
         model.tie_weights()
     ref, logits = reference(model, cfg.vocab_size, seed)
@@ -223,6 +226,28 @@ def tiny():
           norm_topk_prob=False, new_rope_keys=True, mtp=True, shard="100KB", **glm, **moe3)
 
 
+def tiny5():
+    """Families only transformers 5 implements (run with oracle/requirements-tf5.txt)."""
+    assert transformers.__version__.startswith("5."), transformers.__version__
+    common = dict(vocab_size=256, hidden_size=64, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+                  pad_token_id=0)
+    dsa = dict(num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=48,
+               qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, intermediate_size=96,
+               moe_intermediate_size=16, n_shared_experts=1, index_head_dim=16, index_n_heads=8)
+    # SEQ_LEN (40) > index_topk, so the indexer really prunes.
+    build("glm5_dsa_full", "glm_moe_dsa", 81, num_hidden_layers=3, first_k_dense_replace=1, n_routed_experts=8,
+          num_experts_per_tok=2, n_group=1, topk_group=1, index_topk=8, **dsa, **common)
+    # Shared layers reuse the previous selection; group routing with a negative selection bias (masked
+    # groups must lose even to negative choices); YaRN with mscale_all_dim; MTP tensors; shards.
+    build("glm5_dsa_shared_group_yarn", "glm_moe_dsa", 82, num_hidden_layers=4,
+          indexer_types=["full", "shared", "full", "shared"], mlp_layer_types=["dense", "sparse", "sparse", "dense"],
+          n_routed_experts=8, num_experts_per_tok=3, n_group=2, topk_group=1, index_topk=12, bias_shift=-1.5,
+          rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "beta_fast": 32.0,
+                           "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.707,
+                           "original_max_position_embeddings": 64},
+          mtp=True, shard="100KB", **dsa, **common)
+
+
 def demo(model_dir):
     """Reference for the demo model: transformers on coli's imported bf16 weights (f32 compute)."""
     from transformers import AutoTokenizer
@@ -279,5 +304,7 @@ def demo(model_dir):
 if __name__ == "__main__":
     if sys.argv[1] == "tiny":
         tiny()
+    elif sys.argv[1] == "tiny5":
+        tiny5()
     elif sys.argv[1] == "demo":
         demo(sys.argv[2])

@@ -60,6 +60,7 @@ fn decode_without_allocation() {
         "qwen2_moe_shared",
         "deepseek_v3_group_yarn",
         "glm4_moe_group_mtp",
+        "glm5_dsa_full",
     ] {
         let r = Reference::load(name);
         let model = coli_models::load(&r.dir).unwrap();

@@ -115,3 +115,48 @@ fn resident_copy_and_file_mapping_give_identical_logits() {
         );
     }
 }
+
+/// DSA forced to select every position (index_topk beyond the sequence) gives exactly the
+/// bits of the same model with its indexers removed (dense MLA); with the configured
+/// index_topk it really prunes (the logits differ).
+#[test]
+fn dsa_with_full_selection_is_dense_attention_exactly() {
+    for name in ["glm5_dsa_full", "glm5_dsa_shared_group_yarn"] {
+        let r = Reference::load(name);
+        let tmp = tempfile::tempdir().unwrap();
+        for e in std::fs::read_dir(&r.dir).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+        }
+        let cfg_path = tmp.path().join("config.json");
+        let mut cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+        cfg["index_topk"] = 100_000.into();
+        std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+        let seq = r.ids();
+        let run = |m: &coli_models::Transformer| {
+            Session::new(m, seq.len())
+                .forward(&seq, true)
+                .unwrap()
+                .to_vec()
+        };
+        let full = coli_models::load(tmp.path()).unwrap();
+        let mut dense = coli_models::load(tmp.path()).unwrap();
+        let mut stripped = 0;
+        for l in &mut dense.layers {
+            if let coli_models::decoder::Mixer::Mla(m) = &mut l.attn {
+                stripped += m.dsa.take().is_some() as usize;
+            }
+        }
+        assert!(stripped > 0, "{name}: no DSA layers");
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let (a, b) = (run(&full), run(&dense));
+        assert_eq!(bits(&a), bits(&b), "{name}");
+        let pruned = coli_models::load(&r.dir).unwrap();
+        assert_ne!(
+            bits(&run(&pruned)),
+            bits(&b),
+            "{name}: index_topk did not prune"
+        );
+    }
+}

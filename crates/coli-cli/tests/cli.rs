@@ -48,6 +48,7 @@ fn info_lists_the_supported_model_types() {
         "deepseek_v3",
         "kimi_k2",
         "glm4_moe",
+        "glm_moe_dsa",
     ] {
         assert!(text.contains(t), "{t} missing from: {text}");
     }
@@ -284,7 +285,7 @@ fn bad_input_gets_a_clear_error_and_exit_code_2() {
     expect_run_error(
         t.path(),
         "unsupported model_type \"mamba9\" (supported: llama, olmoe, qwen2_moe, qwen3_moe, \
-         mixtral, deepseek_v3, kimi_k2, glm4_moe)",
+         mixtral, deepseek_v3, kimi_k2, glm4_moe, glm_moe_dsa)",
     );
 
     let t = copy_fixture("olmoe_norm_topk");
@@ -353,6 +354,20 @@ fn bad_input_gets_a_clear_error_and_exit_code_2() {
         edit_config(t.path(), |v| v[key] = value.into());
         expect_run_error(t.path(), needle);
     }
+    let t = copy_fixture("glm5_dsa_full");
+    edit_config(t.path(), |v| {
+        v["indexer_types"] = serde_json::json!(["shared", "full", "full"])
+    });
+    expect_run_error(t.path(), "the first layer must be \"full\"");
+    let t = copy_fixture("glm5_dsa_full");
+    edit_config(t.path(), |v| v["q_lora_rank"] = Value::Null);
+    expect_run_error(
+        t.path(),
+        "key \"q_lora_rank\": GLM-5's indexer needs a low-rank query",
+    );
+    let t = copy_fixture("glm5_dsa_full");
+    drop_tensor(t.path(), "model.layers.0.self_attn.indexer.k_norm.bias");
+    expect_run_error(t.path(), "indexer.k_norm.bias\" not found");
     let t = copy_fixture("deepseek_v3_group_yarn");
     drop_tensor(t.path(), "model.layers.2.self_attn.kv_b_proj.weight");
     expect_run_error(

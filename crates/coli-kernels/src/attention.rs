@@ -44,9 +44,83 @@ pub fn attend(
     }
 }
 
+/// [`attend`] restricted to the listed positions (ascending; sparse attention). With every
+/// position `0..n` listed it performs exactly the operations of `attend(.., n, ..)`, so it
+/// returns the same bits.
+pub fn attend_selected(
+    q: &[f32],
+    kv: KvView,
+    positions: &[u32],
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let hd = kv.head_dim;
+    let scores = &mut scores[..positions.len()];
+    for (&j, s) in positions.iter().zip(scores.iter_mut()) {
+        let k = &kv.keys[j as usize * kv.stride + kv.offset..][..hd];
+        *s = dot_f32(q, k) * scale;
+    }
+    softmax_inplace(scores);
+    out.fill(0.0);
+    for (&j, &p) in positions.iter().zip(scores.iter()) {
+        let v = &kv.values[j as usize * kv.stride + kv.offset..][..out.len()];
+        for (o, &vi) in out.iter_mut().zip(v) {
+            *o += p * vi;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selecting_every_position_is_dense_attention_bit_for_bit() {
+        let n = 37;
+        let keys: Vec<f32> = (0..n * 8)
+            .map(|i| ((i * 7919) % 101) as f32 / 50.0 - 1.0)
+            .collect();
+        let values: Vec<f32> = (0..n * 8)
+            .map(|i| ((i * 104729) % 97) as f32 / 40.0 - 1.2)
+            .collect();
+        let kv = KvView {
+            keys: &keys,
+            values: &values,
+            stride: 8,
+            offset: 0,
+            head_dim: 8,
+        };
+        let q: Vec<f32> = (0..8).map(|i| i as f32 * 0.3 - 1.0).collect();
+        let (mut s1, mut s2) = (vec![0.0; n], vec![0.0; n]);
+        let (mut dense, mut sparse) = (vec![0.0; 8], vec![0.0; 8]);
+        attend(&q, kv, n, 0.35, &mut s1, &mut dense);
+        let all: Vec<u32> = (0..n as u32).collect();
+        attend_selected(&q, kv, &all, 0.35, &mut s2, &mut sparse);
+        assert_eq!(
+            dense.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            sparse.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        // A strict subset attends to those positions only: equal to dense attention over a
+        // cache holding just them.
+        let pick = [3u32, 10, 11, 30];
+        attend_selected(&q, kv, &pick, 0.35, &mut s2, &mut sparse);
+        let (k2, v2): (Vec<f32>, Vec<f32>) = (
+            pick.iter()
+                .flat_map(|&j| keys[j as usize * 8..][..8].to_vec())
+                .collect(),
+            pick.iter()
+                .flat_map(|&j| values[j as usize * 8..][..8].to_vec())
+                .collect(),
+        );
+        let kv2 = KvView {
+            keys: &k2,
+            values: &v2,
+            ..kv
+        };
+        attend(&q, kv2, 4, 0.35, &mut s1, &mut dense);
+        assert_eq!(dense, sparse);
+    }
 
     #[test]
     fn attends_like_the_formula() {

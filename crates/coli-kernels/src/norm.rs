@@ -35,6 +35,20 @@ pub fn rms_norm_inplace(x: &mut [f32], weight: &[f32], eps: f32) {
     }
 }
 
+/// LayerNorm of one row in place: `(x - mean) / sqrt(var + eps) * weight + bias`, with the
+/// biased variance (`torch.nn.LayerNorm`); sums left to right.
+pub fn layer_norm_inplace(x: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+    assert_eq!(x.len(), weight.len());
+    assert_eq!(x.len(), bias.len());
+    let n = x.len() as f32;
+    let mean = x.iter().sum::<f32>() / n;
+    let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    for ((xi, &w), &b) in x.iter_mut().zip(weight).zip(bias) {
+        *xi = (*xi - mean) * inv * w + b;
+    }
+}
+
 /// SiLU: `x * sigmoid(x)` computed as `x / (1 + e^-x)`.
 #[inline]
 pub fn silu(x: f32) -> f32 {
@@ -52,6 +66,20 @@ pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layer_norm_matches_the_formula_in_f64() {
+        let mut x = [1.0f32, -2.0, 3.5, 0.25];
+        let (w, b) = ([1.0f32, 2.0, 0.5, -1.0], [0.0f32, 0.1, -0.2, 0.3]);
+        let xs: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        let mean = xs.iter().sum::<f64>() / 4.0;
+        let var = xs.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 4.0;
+        layer_norm_inplace(&mut x, &w, &b, 1e-6);
+        for i in 0..4 {
+            let want = (xs[i] - mean) / (var + 1e-6).sqrt() * w[i] as f64 + b[i] as f64;
+            assert!((x[i] as f64 - want).abs() < 1e-5, "{i}: {} vs {want}", x[i]);
+        }
+    }
 
     #[test]
     fn rms_norm_matches_definition_and_isas_agree() {

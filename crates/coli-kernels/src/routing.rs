@@ -81,7 +81,8 @@ pub fn sigmoid(x: f32) -> f32 {
 /// Sigmoid top-k routing with a selection bias and group limits, as `transformers`'
 /// `DeepseekV3TopkRouter`: scores = sigmoid(logits); choice = scores + bias; each group is
 /// rated by the sum of its two best choices; the `topk_group` best groups stay, the others'
-/// choices become 0; the `k` best choices win; their weights are the *unbiased* scores,
+/// choices become -inf (DeepSeek's reference code and `transformers` >= 5; 4.x filled 0, which
+/// differs only when fewer than `k` kept choices are positive); the `k` best choices win; their weights are the *unbiased* scores,
 /// optionally renormalised, times `scaling`. Ties go to the lower index. Writes expert ids and
 /// weights in rank order (best choice first).
 pub fn sigmoid_group_top_k(
@@ -119,7 +120,7 @@ pub fn sigmoid_group_top_k(
         let kept = top_k_indices(&s.groups, p.topk_group, &mut s.order);
         for (g, chunk) in s.choice.chunks_exact_mut(per_group).enumerate() {
             if !kept.contains(&g) {
-                chunk.fill(0.0);
+                chunk.fill(f32::NEG_INFINITY);
             }
         }
     }
@@ -182,6 +183,24 @@ mod tests {
         };
         sigmoid_group_top_k(&logits, 2, &p, &mut s, &mut ex, &mut w);
         assert_eq!(ex, [7, 2]);
+    }
+
+    #[test]
+    fn masked_groups_lose_even_to_negative_choices() {
+        // Every choice negative: a 0-filled mask would pick the dropped group's experts.
+        let logits = [0.0f32, 1.0, 2.0, 3.0];
+        let bias = [-5.0f32; 4];
+        let p = GroupedSigmoid {
+            bias: &bias,
+            n_group: 2,
+            topk_group: 1,
+            renormalize: true,
+            scaling: 1.0,
+        };
+        let mut s = RouteScratch::default();
+        let (mut ex, mut w) = ([0usize; 2], [0f32; 2]);
+        sigmoid_group_top_k(&logits, 2, &p, &mut s, &mut ex, &mut w);
+        assert_eq!(ex, [3, 2]);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! order either way, so a prompt fed in one batch and one token at a time give
 //! identical bits.
 
-use coli_kernels::attention::{attend, KvView};
+use coli_kernels::attention::{attend, attend_selected, KvView};
 use coli_kernels::norm::{rms_norm, swiglu_inplace};
 use coli_kernels::rope::{apply as apply_rope, RopeLayout, RopeTable};
 use coli_kernels::routing::{
@@ -158,7 +158,41 @@ pub struct Mla {
     pub norm_eps: f32,
     /// Softmax scale (`qk_head_dim^-0.5`, times YaRN's mscale² where configured).
     pub scale: f32,
+    /// DeepSeek sparse attention (GLM-5): attend only to the positions the indexer selects.
+    pub dsa: Option<Dsa>,
 }
+
+/// The lightning indexer of DeepSeek sparse attention: a few small heads score every
+/// earlier position; the best `top_k` are the only ones the layer attends to.
+#[derive(Clone, Debug)]
+pub struct Indexer {
+    /// `wq_b`: `[n_heads * head_dim, q_lora_rank]`, applied to the normalised low-rank query.
+    pub wq_b: Linear,
+    /// `wk`: `[head_dim, hidden]`.
+    pub wk: Linear,
+    /// LayerNorm weight of the key (`k_norm`), length `head_dim`.
+    pub k_norm_weight: Vec<f32>,
+    /// LayerNorm bias of the key.
+    pub k_norm_bias: Vec<f32>,
+    /// `weights_proj`: `[n_heads, hidden]`, per-token head weights.
+    pub weights_proj: Linear,
+    /// Indexer heads.
+    pub n_heads: usize,
+    /// Indexer head dimension (its first `rope` dims are rotated, interleaved).
+    pub head_dim: usize,
+}
+
+/// Sparse attention settings of one MLA layer.
+#[derive(Clone, Debug)]
+pub struct Dsa {
+    /// This layer's indexer, or `None` to reuse the previous layer's selection ("shared").
+    pub indexer: Option<Indexer>,
+    /// Positions each query attends to at most (`index_topk`).
+    pub top_k: usize,
+}
+
+/// Epsilon of the indexer's key LayerNorm (fixed in the reference).
+pub const INDEXER_NORM_EPS: f32 = 1e-6;
 
 /// The token mixer of a layer.
 #[derive(Clone, Debug)]
@@ -270,25 +304,35 @@ pub struct Transformer {
     pub rope_layout: RopeLayout,
 }
 
-/// Key/value cache: per layer `[capacity, n_kv_heads * head_dim]` for keys and for values.
+/// Key/value cache: per layer `[capacity, key width]` keys and `[capacity, value width]`
+/// values (see [`KvShape`]), plus the DSA indexer's keys on layers that run an indexer.
 #[derive(Debug)]
 pub struct KvCache {
     pub(crate) keys: Vec<Vec<f32>>,
     pub(crate) values: Vec<Vec<f32>>,
+    pub(crate) index_keys: Vec<Vec<f32>>,
     /// Positions the cache can hold.
     pub capacity: usize,
 }
 
 impl KvCache {
     /// Allocates the whole cache up front (decode never allocates).
-    pub fn new(info: &ModelInfo, capacity: usize) -> KvCache {
-        let (kw, vw) = (info.kv.key_width, info.kv.value_width);
+    pub fn new(model: &Transformer, capacity: usize) -> KvCache {
+        let (kw, vw) = (model.info.kv.key_width, model.info.kv.value_width);
+        let n = model.layers.len();
         KvCache {
-            keys: (0..info.n_layers)
-                .map(|_| vec![0.0; capacity * kw])
-                .collect(),
-            values: (0..info.n_layers)
-                .map(|_| vec![0.0; capacity * vw])
+            keys: (0..n).map(|_| vec![0.0; capacity * kw]).collect(),
+            values: (0..n).map(|_| vec![0.0; capacity * vw]).collect(),
+            index_keys: model
+                .layers
+                .iter()
+                .map(|l| match &l.attn {
+                    Mixer::Mla(m) => match m.dsa.as_ref().and_then(|d| d.indexer.as_ref()) {
+                        Some(ind) => vec![0.0; capacity * ind.head_dim],
+                        None => Vec::new(),
+                    },
+                    Mixer::Gqa(_) => Vec::new(),
+                })
                 .collect(),
             capacity,
         }
@@ -296,7 +340,13 @@ impl KvCache {
 
     /// Bytes the cache holds.
     pub fn bytes(&self) -> usize {
-        let n: usize = self.keys.iter().chain(&self.values).map(Vec::len).sum();
+        let n: usize = self
+            .keys
+            .iter()
+            .chain(&self.values)
+            .chain(&self.index_keys)
+            .map(Vec::len)
+            .sum();
         n * std::mem::size_of::<f32>()
     }
 }
@@ -319,6 +369,13 @@ pub struct Scratch {
     qabs: Vec<f32>,
     latent: Vec<f32>,
     rowbuf: Vec<f32>,
+    // DSA: indexer queries, keys, head weights; each token's selected positions.
+    iq: Vec<f32>,
+    ik: Vec<f32>,
+    iw: Vec<f32>,
+    sel: Vec<u32>,
+    sel_len: Vec<usize>,
+    sel_order: Vec<u32>,
     // MoE routing and per-expert gather buffers.
     route: RouteScratch,
     shared_gate: Vec<f32>,
@@ -455,6 +512,22 @@ impl Transformer {
                         grow(&mut s.qa, n * a.rows);
                     }
                     grow(&mut s.qabs, m.n_heads * n * kw);
+                    if let Some(d) = &m.dsa {
+                        if s.sel.len() < n * d.top_k {
+                            s.sel.resize(n * d.top_k, 0);
+                        }
+                        if s.sel_len.len() < n {
+                            s.sel_len.resize(n, 0);
+                        }
+                        if s.sel_order.len() < ATTENTION_TASKS * ctx {
+                            s.sel_order.resize(ATTENTION_TASKS * ctx, 0);
+                        }
+                        if let Some(ind) = &d.indexer {
+                            grow(&mut s.iq, n * ind.n_heads * ind.head_dim);
+                            grow(&mut s.ik, n * ind.head_dim);
+                            grow(&mut s.iw, n * ind.n_heads);
+                        }
+                    }
                     grow(&mut s.latent, m.n_heads * n * m.rank);
                     grow(&mut s.rowbuf, m.n_heads * m.rank);
                 }
@@ -678,6 +751,141 @@ impl Transformer {
     }
 }
 
+impl Transformer {
+    /// The DSA indexer of layer `li`: projects, normalises and rotates its queries and keys,
+    /// appends the keys to its cache, and leaves in `s.sel` each token's `top_k` best earlier
+    /// positions (ascending), scored `sum_h w_h * relu(q_h · k * scale)`; ties go to the
+    /// earlier position.
+    #[allow(clippy::too_many_arguments)]
+    fn select_positions(
+        &self,
+        li: usize,
+        m: &Mla,
+        ind: &Indexer,
+        top_k: usize,
+        n: usize,
+        start: usize,
+        kv: &mut KvCache,
+        s: &mut Scratch,
+        positions: PositionLoop,
+    ) {
+        let h = self.info.hidden_size;
+        let (ih, id, rp) = (ind.n_heads, ind.head_dim, m.rope);
+        let qr = ind.wq_b.cols;
+        ind.wq_b
+            .forward(&s.qa[..n * qr], n, &mut s.iq[..n * ih * id]);
+        Linear::forward_group(
+            [&ind.wk, &ind.weights_proj],
+            &s.xn[..n * h],
+            n,
+            [&mut s.ik[..n * id], &mut s.iw[..n * ih]],
+        );
+        let head_scale = (ih as f64).powf(-0.5) as f32;
+        let rope = &self.rope;
+        let cache = &mut kv.index_keys[li][start * id..(start + n) * id];
+        let work = |(t, (((q, k), w), c)): IndexerPositionItem| {
+            coli_kernels::norm::layer_norm_inplace(
+                k,
+                &ind.k_norm_weight,
+                &ind.k_norm_bias,
+                INDEXER_NORM_EPS,
+            );
+            let half = rp / 2;
+            let mut cos = [0.0f32; MAX_ROT_HALF];
+            let mut sin = [0.0f32; MAX_ROT_HALF];
+            rope.cos_sin(start + t, &mut cos[..half], &mut sin[..half]);
+            apply_rope(
+                RopeLayout::Interleaved,
+                &mut k[..rp],
+                &cos[..half],
+                &sin[..half],
+            );
+            for head in q.chunks_mut(id) {
+                apply_rope(
+                    RopeLayout::Interleaved,
+                    &mut head[..rp],
+                    &cos[..half],
+                    &sin[..half],
+                );
+            }
+            for x in w.iter_mut() {
+                *x *= head_scale;
+            }
+            c.copy_from_slice(k);
+        };
+        match positions {
+            PositionLoop::Serial => s.iq[..n * ih * id]
+                .chunks_mut(ih * id)
+                .zip(s.ik[..n * id].chunks_mut(id))
+                .zip(s.iw[..n * ih].chunks_mut(ih))
+                .zip(cache.chunks_mut(id))
+                .enumerate()
+                .for_each(work),
+            PositionLoop::Parallel => s.iq[..n * ih * id]
+                .par_chunks_mut(ih * id)
+                .zip(s.ik[..n * id].par_chunks_mut(id))
+                .zip(s.iw[..n * ih].par_chunks_mut(ih))
+                .zip(cache.par_chunks_mut(id))
+                .enumerate()
+                .for_each(work),
+        }
+        let ctx = start + n;
+        let keys = &kv.index_keys[li][..ctx * id];
+        let (iq, iw) = (&s.iq[..n * ih * id], &s.iw[..n * ih]);
+        let score_scale = (id as f64).powf(-0.5) as f32;
+        let per_task = n.div_ceil(ATTENTION_TASKS.min(n));
+        s.sel[..n * top_k]
+            .par_chunks_mut(per_task * top_k)
+            .zip(s.sel_len[..n].par_chunks_mut(per_task))
+            .zip(s.scores[..n.div_ceil(per_task) * ctx].par_chunks_mut(ctx))
+            .zip(s.sel_order[..n.div_ceil(per_task) * ctx].par_chunks_mut(ctx))
+            .enumerate()
+            .for_each(|(task, (((sel, len), scores), order))| {
+                for (j, (sel, len)) in sel.chunks_mut(top_k).zip(len.iter_mut()).enumerate() {
+                    let t = task * per_task + j;
+                    let visible = start + t + 1;
+                    for (p, sc) in scores[..visible].iter_mut().enumerate() {
+                        let k = &keys[p * id..][..id];
+                        let mut acc = 0.0f32;
+                        for hh in 0..ih {
+                            let q = &iq[(t * ih + hh) * id..][..id];
+                            let d = coli_kernels::dot::dot_f32(q, k) * score_scale;
+                            acc += iw[t * ih + hh] * d.max(0.0);
+                        }
+                        *sc = acc;
+                    }
+                    let k = top_k.min(visible);
+                    let order = &mut order[..visible];
+                    for (p, o) in order.iter_mut().enumerate() {
+                        *o = p as u32;
+                    }
+                    let scores = &scores[..visible];
+                    let better = |a: &u32, b: &u32| {
+                        scores[*b as usize]
+                            .total_cmp(&scores[*a as usize])
+                            .then(a.cmp(b))
+                    };
+                    if k < visible {
+                        order.select_nth_unstable_by(k - 1, better);
+                    }
+                    let chosen = &mut order[..k];
+                    chosen.sort_unstable();
+                    sel[..k].copy_from_slice(chosen);
+                    *len = k;
+                }
+            });
+    }
+}
+
+/// One position's indexer query, key, head weights and cache row.
+type IndexerPositionItem<'a> = (
+    usize,
+    (
+        ((&'a mut [f32], &'a mut [f32]), &'a mut [f32]),
+        &'a mut [f32],
+    ),
+);
+
 /// One position's query row, latent row and cache row, as the MLA position loop hands them out.
 type MlaPositionItem<'a> = (usize, ((&'a mut [f32], &'a mut [f32]), &'a mut [f32]));
 
@@ -746,6 +954,13 @@ impl Transformer {
                 .enumerate()
                 .for_each(work),
         }
+        if let Some(Dsa {
+            indexer: Some(ind),
+            top_k,
+        }) = &m.dsa
+        {
+            self.select_positions(li, m, ind, *top_k, n, start, kv, s, positions);
+        }
         // Absorbed queries, head-major `[head][t] = (q_nope · W_uk(head), q_rope)`: the nope
         // rows of W_uk are accumulated in increasing order, per token.
         let q = &s.q[..n * nh * qk];
@@ -773,6 +988,12 @@ impl Transformer {
         let ctx = start + n;
         let cache = &kv.keys[li][..ctx * kw];
         let qabs = &s.qabs[..nh * n * kw];
+        // Sparse layers attend to each token's selected positions (this layer's indexer or the
+        // previous layer's selection); dense layers to every earlier position.
+        let selection = m
+            .dsa
+            .as_ref()
+            .map(|d| (d.top_k, &s.sel[..], &s.sel_len[..n]));
         let items = nh * n;
         let per_task = items.div_ceil(ATTENTION_TASKS.min(items));
         s.latent[..items * r]
@@ -790,14 +1011,14 @@ impl Transformer {
                         offset: 0,
                         head_dim: kw,
                     };
-                    attend(
-                        &qabs[i * kw..][..kw],
-                        view,
-                        start + t + 1,
-                        m.scale,
-                        scores,
-                        out,
-                    );
+                    let q = &qabs[i * kw..][..kw];
+                    match selection {
+                        Some((k, sel, len)) => {
+                            let positions = &sel[t * k..][..len[t]];
+                            attend_selected(q, view, positions, m.scale, scores, out)
+                        }
+                        None => attend(q, view, start + t + 1, m.scale, scores, out),
+                    }
                 }
             });
         // Expand each head's attended latent through W_uv into token-major `[t][head][v]`.
@@ -1135,6 +1356,19 @@ pub mod load {
         }
     }
 
+    /// MLA's softmax scale: `qk_head_dim^-0.5`, times `mscale(factor, mscale_all_dim)²`
+    /// under YaRN (as `transformers`' DeepSeek-V3 and GLM-5 attention).
+    pub fn mla_softmax_scale(qk_head_dim: usize, scaling: &coli_core::RopeScaling) -> f32 {
+        let mut s = (qk_head_dim as f64).powf(-0.5);
+        if let coli_core::RopeScaling::Yarn(y) = scaling {
+            if let Some(m) = y.mscale_all_dim.filter(|m| *m != 0.0) {
+                let ms = coli_core::yarn_get_mscale(y.factor, m);
+                s = s * ms * ms;
+            }
+        }
+        s as f32
+    }
+
     /// An MLA block `{prefix}.{q_proj | q_a_proj, q_a_layernorm, q_b_proj}, kv_a_proj_with_mqa,
     /// kv_a_layernorm, kv_b_proj, o_proj`.
     pub fn mla(
@@ -1179,6 +1413,7 @@ pub mod load {
             rank: d.kv_lora_rank,
             norm_eps,
             scale,
+            dsa: None,
         })
     }
 

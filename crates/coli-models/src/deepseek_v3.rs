@@ -6,7 +6,7 @@
 //! MTP layers (index >= `num_hidden_layers`) are in the checkpoint and ignored.
 //! Mirrors `modeling_deepseek_v3.py`.
 
-use coli_core::{ModelDir, RopeScaling};
+use coli_core::ModelDir;
 use coli_kernels::rope::{RopeLayout, RopeTable};
 use serde::Deserialize;
 
@@ -128,18 +128,6 @@ impl Family for DeepseekV3 {
 /// (they are built without the config's epsilon).
 pub const LOW_RANK_NORM_EPS: f32 = 1e-6;
 
-/// The softmax scale: `qk_head_dim^-0.5`, times `mscale(factor, mscale_all_dim)²` under YaRN.
-pub fn softmax_scale(qk_head_dim: usize, scaling: &RopeScaling) -> f32 {
-    let mut s = (qk_head_dim as f64).powf(-0.5);
-    if let RopeScaling::Yarn(y) = scaling {
-        if let Some(m) = y.mscale_all_dim.filter(|m| *m != 0.0) {
-            let ms = coli_core::yarn_get_mscale(y.factor, m);
-            s = s * ms * ms;
-        }
-    }
-    s as f32
-}
-
 fn load(dir: &ModelDir) -> Result<Transformer> {
     let cfg: DeepseekV3Config = dir.config.deserialize()?;
     let c = &dir.config;
@@ -197,7 +185,7 @@ fn load(dir: &ModelDir) -> Result<Transformer> {
         kv: KvShape::mla(dims.kv_lora_rank, dims.rope),
     };
     let rope = c.rope_parameters(10000.0)?;
-    let scale = softmax_scale(dims.nope + dims.rope, &rope.scaling);
+    let scale = load::mla_softmax_scale(dims.nope + dims.rope, &rope.scaling);
     let h = cfg.hidden_size;
     let (embed_tokens, lm_head) = load::embeddings(
         dir,

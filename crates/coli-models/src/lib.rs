@@ -1,7 +1,8 @@
 //! coli-models: from a model directory to tokens.
 //!
 //! * [`registry`]: the one descriptor table of families (`model_type` → loader).
-//! * [`llama`], [`olmoe`], [`qwen_moe`], [`mixtral`], [`deepseek_v3`], [`glm4_moe`]:
+//! * [`llama`], [`olmoe`], [`qwen_moe`], [`mixtral`], [`deepseek_v3`], [`glm4_moe`],
+//!   [`glm_moe_dsa`]:
 //!   one file per family, each reading like the
 //!   `transformers` modeling file it mirrors; shared blocks live in [`decoder`].
 //! * [`session`]: KV cache, batched prefill, step-by-step decode, generation.
@@ -21,6 +22,7 @@ pub mod demo;
 pub mod error;
 pub mod gguf_import;
 pub mod glm4_moe;
+pub mod glm_moe_dsa;
 pub mod llama;
 pub mod mixtral;
 pub mod olmoe;

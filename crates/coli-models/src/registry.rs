@@ -26,6 +26,8 @@ pub enum Capability {
     Mla,
     /// Sigmoid routing with a selection bias and group-limited top-k.
     GroupRouting,
+    /// DeepSeek sparse attention (a lightning indexer selects the attended positions).
+    SparseAttention,
 }
 
 /// A model family: what the registry needs to know about one `transformers` architecture.
@@ -72,6 +74,7 @@ pub static FAMILIES: &[FamilyDescriptor] = &[
     descriptor::<crate::mixtral::Mixtral>(),
     descriptor::<crate::deepseek_v3::DeepseekV3>(),
     descriptor::<crate::glm4_moe::Glm4Moe>(),
+    descriptor::<crate::glm_moe_dsa::GlmMoeDsa>(),
 ];
 
 /// All supported `model_type` spellings, comma-separated.

@@ -70,7 +70,7 @@ impl<'m> Session<'m> {
         model.reserve(&mut scratch, 1, capacity, 1);
         Session {
             model,
-            kv: KvCache::new(&model.info, capacity),
+            kv: KvCache::new(model, capacity),
             scratch,
             pos: 0,
             positions: PositionLoop::Parallel,
