@@ -77,6 +77,70 @@ def reference(model, vocab, seed):
     }, logits.numpy().astype("<f4")
 
 
+def is_fp8_weight(name):
+    """The projections DeepSeek/GLM FP8 releases store as float8_e4m3fn (not embeddings, the
+    LM head, the router or norms)."""
+    return name.endswith("_proj.weight") or name.endswith("kv_a_proj_with_mqa.weight")
+
+
+def quantize_fp8(model, block):
+    """Block-quantizes every FP8 projection in place to its dequantized value (the reference runs
+    on these); returns {name: (fp8 tensor, f32 scale_inv)} to store."""
+    br, bc = block
+    stored = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() != 2 or not is_fp8_weight(name):
+                continue
+            rows, cols = p.shape
+            gr, gc = -(-rows // br), -(-cols // bc)
+            padded = torch.zeros(gr * br, gc * bc)
+            padded[:rows, :cols] = p.float()
+            amax = padded.view(gr, br, gc, bc).abs().amax(dim=(1, 3))
+            scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax)).float()
+            full = scale.repeat_interleave(br, 0).repeat_interleave(bc, 1)[:rows, :cols]
+            q = (p.float() / full).clamp(-448, 448).to(torch.float8_e4m3fn)
+            p.copy_(q.float() * full)
+            stored[name] = (q, scale)
+    return stored
+
+
+def store_fp8(out, stored, block):
+    """Rewrites the saved shards with the FP8 tensors and their `_scale_inv`, and stamps
+    config.json with the quantization_config of DeepSeek's FP8 releases."""
+    from safetensors.torch import load_file, save_file
+    index_path = os.path.join(out, "model.safetensors.index.json")
+    index = None
+    if os.path.exists(index_path):
+        with open(index_path) as f:
+            index = json.load(f)
+        shards = sorted(set(index["weight_map"].values()))
+    else:
+        shards = ["model.safetensors"]
+    for shard in shards:
+        path = os.path.join(out, shard)
+        tensors = load_file(path)
+        with open(path, "rb") as f:
+            meta = json.loads(f.read(int.from_bytes(f.read(8), "little"))).get("__metadata__")
+        for name in list(tensors):
+            if name in stored:
+                q, scale = stored[name]
+                tensors[name] = q.contiguous()
+                tensors[name + "_scale_inv"] = scale.contiguous()
+                if index is not None:
+                    index["weight_map"][name + "_scale_inv"] = shard
+        save_file(tensors, path, metadata=meta)
+    if index is not None:
+        with open(index_path, "w") as f:
+            json.dump(index, f, indent=2)
+    with open(os.path.join(out, "config.json")) as f:
+        c = json.load(f)
+    c["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                "weight_block_size": list(block)}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+
+
 def add_mtp_layer(out, cfg):
     """Appends a DeepSeek/GLM-style MTP layer (index num_hidden_layers) to the last shard, as the
     published checkpoints do; engines must ignore it."""
@@ -119,7 +183,7 @@ def add_mtp_layer(out, cfg):
 
 
 def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp=False, rename_type=None,
-          bias_shift=0.0, **kw):
+          bias_shift=0.0, fp8_block=None, **kw):
     if ONLY and name not in ONLY:
         return
     cfg = AutoConfig.for_model(model_type, **kw)
@@ -127,6 +191,7 @@ def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
     decisive_init(model, seed, gain, bias_shift)
+    fp8 = quantize_fp8(model, fp8_block) if fp8_block else None
     if cfg.tie_word_embeddings:
         model.tie_weights()
     ref, logits = reference(model, cfg.vocab_size, seed)
@@ -143,6 +208,8 @@ def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp
         c["rope_parameters"] = params
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump(c, f, indent=2)
+    if fp8:
+        store_fp8(out, fp8, fp8_block)
     if mtp:
         add_mtp_layer(out, cfg)
     if rename_type:
@@ -221,6 +288,15 @@ def tiny():
     build("glm4_moe_partial_qknorm", "glm4_moe", 71, partial_rotary_factor=0.5, attention_bias=True,
           use_qk_norm=True, n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1,
           norm_topk_prob=True, **glm, **moe3)
+    # FP8 releases: float8_e4m3fn projections with per-block weight_scale_inv; dimensions that
+    # are not multiples of the block (partial edge blocks), 128x128 as published and 32x32
+    # (several blocks per matrix).
+    build("deepseek_v3_fp8_b128", "deepseek_v3", 64, q_lora_rank=48, n_routed_experts=8, num_experts_per_tok=2,
+          n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5, fp8_block=(128, 128),
+          shard="100KB", **mla, **moe3)
+    build("glm4_moe_fp8_b32", "glm4_moe", 73, partial_rotary_factor=0.5, attention_bias=True,
+          use_qk_norm=True, n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1,
+          norm_topk_prob=True, fp8_block=(32, 32), **glm, **moe3)
     build("glm4_moe_group_mtp", "glm4_moe", 72, partial_rotary_factor=0.25, head_dim=32, attention_bias=False,
           use_qk_norm=False, n_routed_experts=8, num_experts_per_tok=3, n_group=2, topk_group=1,
           norm_topk_prob=False, new_rope_keys=True, mtp=True, shard="100KB", **glm, **moe3)

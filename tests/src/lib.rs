@@ -28,6 +28,8 @@ pub const TINY_FIXTURES: &[&str] = &[
     "kimi_k2_yarn_mscale",
     "glm4_moe_partial_qknorm",
     "glm4_moe_group_mtp",
+    "deepseek_v3_fp8_b128",
+    "glm4_moe_fp8_b32",
     "glm5_dsa_full",
     "glm5_dsa_shared_group_yarn",
 ];

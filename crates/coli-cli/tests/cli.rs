@@ -368,6 +368,32 @@ fn bad_input_gets_a_clear_error_and_exit_code_2() {
     let t = copy_fixture("glm5_dsa_full");
     drop_tensor(t.path(), "model.layers.0.self_attn.indexer.k_norm.bias");
     expect_run_error(t.path(), "indexer.k_norm.bias\" not found");
+    // FP8: a missing block-scale tensor, an unknown quantization method, a bad block size.
+    let t = copy_fixture("glm4_moe_fp8_b32");
+    drop_tensor(t.path(), "model.layers.1.self_attn.o_proj.weight_scale_inv");
+    expect_run_error(
+        t.path(),
+        "tensor \"model.layers.1.self_attn.o_proj.weight_scale_inv\" not found",
+    );
+    let t = copy_fixture("glm4_moe_fp8_b32");
+    edit_config(t.path(), |v| {
+        v["quantization_config"]["quant_method"] = "awq".into()
+    });
+    expect_run_error(
+        t.path(),
+        "quant_method \"awq\" is not supported (supported: fp8)",
+    );
+    let t = copy_fixture("glm4_moe_fp8_b32");
+    edit_config(t.path(), |v| {
+        v["quantization_config"]["weight_block_size"] = serde_json::json!([128])
+    });
+    expect_run_error(t.path(), "weight_block_size must be two positive integers");
+    let t = copy_fixture("glm4_moe_fp8_b32");
+    edit_config(t.path(), |v| {
+        v["quantization_config"]["weight_block_size"] = serde_json::json!([16, 32])
+    });
+    expect_run_error(t.path(), "q_proj.weight_scale_inv\" in");
+    expect_run_error(t.path(), "expected shape [4, 2], found [2, 2]");
     let t = copy_fixture("deepseek_v3_group_yarn");
     drop_tensor(t.path(), "model.layers.2.self_attn.kv_b_proj.weight");
     expect_run_error(

@@ -152,6 +152,50 @@ impl RawConfig {
         })
     }
 
+    /// The FP8 block size `[rows, cols]` from `quantization_config` (DeepSeek-style
+    /// `quant_method: "fp8"`, `fmt: "e4m3"`, `weight_block_size`); `None` without one.
+    /// Any other quantization method is refused by name.
+    pub fn fp8_block_size(&self) -> Result<Option<(usize, usize)>> {
+        let Some(q) = self
+            .value
+            .get("quantization_config")
+            .filter(|v| !v.is_null())
+        else {
+            return Ok(None);
+        };
+        let key = "quantization_config";
+        let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
+        if method != "fp8" {
+            return Err(self.error(
+                key,
+                format!("quant_method \"{method}\" is not supported (supported: fp8)"),
+            ));
+        }
+        if let Some(fmt) = q.get("fmt").and_then(Value::as_str) {
+            if fmt != "e4m3" {
+                return Err(self.error(
+                    key,
+                    format!("fp8 fmt \"{fmt}\" is not supported (supported: e4m3)"),
+                ));
+            }
+        }
+        let block = q
+            .get("weight_block_size")
+            .and_then(Value::as_array)
+            .and_then(|a| match a.as_slice() {
+                [r, c] => Some((r.as_u64()? as usize, c.as_u64()? as usize)),
+                _ => None,
+            })
+            .filter(|(r, c)| *r > 0 && *c > 0)
+            .ok_or_else(|| {
+                self.error(
+                    key,
+                    "weight_block_size must be two positive integers [rows, cols]",
+                )
+            })?;
+        Ok(Some(block))
+    }
+
     /// End-of-sequence ids: `eos_token_id` as an int, a list, or absent (empty).
     pub fn eos_token_ids(&self) -> Result<Vec<u32>> {
         match self.value.get("eos_token_id") {

@@ -11,6 +11,44 @@ pub enum DType {
     BF16,
     /// IEEE binary16.
     F16,
+    /// 8-bit float, 4 exponent bits (bias 7), 3 mantissa bits, no infinities
+    /// (`float8_e4m3fn`); block-scaled in FP8 checkpoints.
+    F8E4M3,
+}
+
+/// `float8_e4m3fn` → f32 for every byte (exact: every e4m3 value is an f32).
+pub const FP8_E4M3_TABLE: [f32; 256] = fp8_table();
+
+const fn fp8_table() -> [f32; 256] {
+    let mut t = [0.0f32; 256];
+    let mut b = 0;
+    while b < 256 {
+        let sign = (b >> 7) as u32;
+        let e = ((b >> 3) & 0xF) as u32;
+        let m = (b & 7) as u32;
+        let bits = if e == 0xF && m == 7 {
+            0x7FC0_0000 // NaN (e4m3fn has no infinities)
+        } else if e == 0 {
+            // Subnormal: m/8 * 2^-6 = m * 2^-9, exact in f32.
+            if m == 0 {
+                0
+            } else {
+                // Normalise: highest set bit of m gives the exponent.
+                let mut shift = 0;
+                while (m << shift) & 4 == 0 {
+                    shift += 1;
+                }
+                let mant = ((m << shift) & 3) << 21;
+                // value = 1.mant * 2^(-7 - shift)
+                ((127 - 7 - shift) << 23) | mant
+            }
+        } else {
+            ((e + 127 - 7) << 23) | (m << 20)
+        };
+        t[b] = f32::from_bits(bits | (sign << 31));
+        b += 1;
+    }
+    t
 }
 
 impl DType {
@@ -19,6 +57,7 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::BF16 | DType::F16 => 2,
+            DType::F8E4M3 => 1,
         }
     }
 
@@ -28,6 +67,7 @@ impl DType {
             DType::F32 => "F32",
             DType::BF16 => "BF16",
             DType::F16 => "F16",
+            DType::F8E4M3 => "F8_E4M3",
         }
     }
 
@@ -37,6 +77,7 @@ impl DType {
             "F32" => Some(DType::F32),
             "BF16" => Some(DType::BF16),
             "F16" => Some(DType::F16),
+            "F8_E4M3" => Some(DType::F8E4M3),
             _ => None,
         }
     }
@@ -65,6 +106,11 @@ impl DType {
             DType::F16 => {
                 for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
                     *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+                }
+            }
+            DType::F8E4M3 => {
+                for (o, &b) in out.iter_mut().zip(bytes) {
+                    *o = FP8_E4M3_TABLE[b as usize];
                 }
             }
         }
@@ -99,6 +145,28 @@ pub fn f32_to_bf16(x: f32) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The e4m3fn decoding from its definition (OCP FP8 spec): sign, 4-bit exponent with
+    /// bias 7, 3-bit mantissa, subnormals at exponent 0, NaN at S.1111.111, no infinities.
+    #[test]
+    fn fp8_e4m3_table_follows_the_specification() {
+        for b in 0..256u32 {
+            let (s, e, m) = (b >> 7, (b >> 3) & 0xF, b & 7);
+            let v = FP8_E4M3_TABLE[b as usize] as f64;
+            if e == 0xF && m == 7 {
+                assert!(v.is_nan(), "{b:#x}");
+                continue;
+            }
+            let mag = if e == 0 {
+                m as f64 / 8.0 * 2f64.powi(-6)
+            } else {
+                (1.0 + m as f64 / 8.0) * 2f64.powi(e as i32 - 7)
+            };
+            let want = if s == 1 { -mag } else { mag };
+            assert_eq!(v, want, "{b:#x}");
+        }
+        assert_eq!(FP8_E4M3_TABLE[0x7E], 448.0);
+    }
 
     #[test]
     fn bf16_round_trip_is_exact_on_representable_values() {

@@ -22,6 +22,10 @@ pub enum WFormat {
     BF16,
     /// Little-endian IEEE half.
     F16,
+    /// `float8_e4m3fn`, one byte per element. Block-scaled in checkpoints: matrices of this
+    /// format carry [`crate::matmul::BlockScales`] and are dequantized row by row before the
+    /// f32 dot product (see [`crate::matmul`]).
+    F8E4M3,
 }
 
 impl WFormat {
@@ -30,6 +34,7 @@ impl WFormat {
         match self {
             WFormat::F32 => 4,
             WFormat::BF16 | WFormat::F16 => 2,
+            WFormat::F8E4M3 => 1,
         }
     }
 
@@ -46,6 +51,7 @@ impl WFormat {
             WFormat::F16 => {
                 half::f16::from_bits(u16::from_le_bytes([row[2 * i], row[2 * i + 1]])).to_f32()
             }
+            WFormat::F8E4M3 => coli_core::FP8_E4M3_TABLE[row[i] as usize],
         }
     }
 }
@@ -106,6 +112,11 @@ pub fn dot_rows_prefetch<const R: usize>(
             "dot: row bytes do not match the activation length"
         );
     }
+    if fmt == WFormat::F8E4M3 {
+        // No vector conversion for FP8 yet: scaled FP8 matrices are dequantized to f32 rows
+        // by the matmul; a bare FP8 dot takes the reference path (same bits by definition).
+        return rows.map(|r| dot_scalar(fmt, r, x));
+    }
     match isa {
         Isa::Scalar => rows.map(|r| dot_scalar(fmt, r, x)),
         #[cfg(target_arch = "x86_64")]
@@ -145,6 +156,9 @@ pub fn dot_block<const R: usize, const T: usize>(
             k * fmt.size(),
             "dot: row bytes do not match the activation length"
         );
+    }
+    if fmt == WFormat::F8E4M3 {
+        return xs.map(|x| rows.map(|r| dot_scalar(fmt, r, x)));
     }
     match isa {
         #[cfg(target_arch = "x86_64")]
@@ -233,6 +247,7 @@ mod x86 {
         let main = x.len() / LANES * LANES;
         let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
         match fmt {
+            WFormat::F8E4M3 => unreachable!("FP8 rows take the scalar path"),
             WFormat::F32 => {
                 avx2_loop!(next, lines, rows, x, main, acc, |p: *const u8, i: usize| {
                     let p = p.cast::<f32>().add(i);
@@ -293,6 +308,7 @@ mod x86 {
         let main = x.len() / LANES * LANES;
         let mut acc = [_mm512_setzero_ps(); R];
         match fmt {
+            WFormat::F8E4M3 => unreachable!("FP8 rows take the scalar path"),
             WFormat::F32 => {
                 avx512_loop!(next, lines, rows, x, main, acc, |p: *const u8, i: usize| {
                     _mm512_loadu_ps(p.cast::<f32>().add(i))
@@ -325,6 +341,7 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     unsafe fn load16(fmt: WFormat, p: *const u8, i: usize) -> __m512 {
         match fmt {
+            WFormat::F8E4M3 => unreachable!("FP8 rows take the scalar path"),
             WFormat::F32 => _mm512_loadu_ps(p.cast::<f32>().add(i)),
             WFormat::BF16 => {
                 let h = _mm256_loadu_si256(p.add(2 * i).cast());
@@ -371,6 +388,7 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn load8x2(fmt: WFormat, p: *const u8, i: usize) -> (__m256, __m256) {
         match fmt {
+            WFormat::F8E4M3 => unreachable!("FP8 rows take the scalar path"),
             WFormat::F32 => {
                 let p = p.cast::<f32>().add(i);
                 (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
@@ -431,6 +449,14 @@ mod tests {
                 WFormat::F32 => x.to_le_bytes().to_vec(),
                 WFormat::BF16 => half::bf16::from_f32(x).to_bits().to_le_bytes().to_vec(),
                 WFormat::F16 => half::f16::from_f32(x).to_bits().to_le_bytes().to_vec(),
+                // The nearest e4m3 value (tests only).
+                WFormat::F8E4M3 => vec![(0..=255u8)
+                    .filter(|&b| !coli_core::FP8_E4M3_TABLE[b as usize].is_nan())
+                    .min_by(|&a, &b| {
+                        let d = |b: u8| (coli_core::FP8_E4M3_TABLE[b as usize] - x).abs();
+                        d(a).total_cmp(&d(b))
+                    })
+                    .unwrap()],
             })
             .collect()
     }
@@ -441,7 +467,7 @@ mod tests {
         let x: Vec<f32> = (0..37).map(|i| (i % 7) as f32 - 3.0).collect();
         let w: Vec<f32> = (0..37).map(|i| (i % 5) as f32 - 2.0).collect();
         let want: f32 = x.iter().zip(&w).map(|(a, b)| a * b).sum();
-        for fmt in [WFormat::F32, WFormat::BF16, WFormat::F16] {
+        for fmt in [WFormat::F32, WFormat::BF16, WFormat::F16, WFormat::F8E4M3] {
             assert_eq!(dot_scalar(fmt, &encode(fmt, &w), &x), want);
         }
     }

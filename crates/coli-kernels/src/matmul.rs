@@ -5,10 +5,31 @@
 //! so a batch of tokens gives the same bits as the tokens one at a time, and the
 //! thread count never changes a result.
 
+use std::cell::RefCell;
+
 use rayon::prelude::*;
 
 use crate::cpu::{self, Isa};
-use crate::dot::{dot_block, dot_rows, dot_rows_prefetch, WFormat};
+use crate::dot::{bytemuck_f32, dot_block, dot_rows, dot_rows_prefetch, WFormat};
+
+/// Scales of a block-quantized matrix: element `(r, c)` is its stored value times
+/// `scales[(r / block_rows) * col_blocks + c / block_cols]`, `col_blocks = ceil(cols /
+/// block_cols)`; edge blocks may be partial. FP8 checkpoints use 128 x 128 blocks
+/// (`weight_scale_inv`); per-row and per-group scales are the same with `block_rows = 1`.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockScales<'a> {
+    /// One scale per block, row-major over the block grid.
+    pub scales: &'a [f32],
+    /// Rows per block.
+    pub block_rows: usize,
+    /// Columns per block.
+    pub block_cols: usize,
+}
+
+thread_local! {
+    /// Rows dequantized for the f32 kernels; grows once per thread, then reused.
+    static DEQUANT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
 
 /// A row-major weight matrix `[rows, cols]` in its stored format.
 #[derive(Clone, Copy, Debug)]
@@ -21,6 +42,8 @@ pub struct MatRef<'a> {
     pub rows: usize,
     /// Input dimension.
     pub cols: usize,
+    /// Block scales, for quantized formats.
+    pub scales: Option<BlockScales<'a>>,
 }
 
 impl<'a> MatRef<'a> {
@@ -37,7 +60,67 @@ impl<'a> MatRef<'a> {
             bytes,
             rows,
             cols,
+            scales: None,
         }
+    }
+
+    /// Attaches block scales, checking that they cover the block grid.
+    pub fn with_scales(mut self, s: BlockScales<'a>) -> MatRef<'a> {
+        assert!(s.block_rows > 0 && s.block_cols > 0, "empty scale block");
+        assert_eq!(
+            s.scales.len(),
+            self.rows.div_ceil(s.block_rows) * self.cols.div_ceil(s.block_cols),
+            "scales do not cover a {}x{} matrix in {}x{} blocks",
+            self.rows,
+            self.cols,
+            s.block_rows,
+            s.block_cols
+        );
+        self.scales = Some(s);
+        self
+    }
+
+    /// Row `r` as f32: each stored element converted exactly, then (if scaled) multiplied by
+    /// its block's scale in one f32 multiplication. This is the definition every kernel of a
+    /// scaled format reproduces.
+    pub fn dequant_row(&self, r: usize, out: &mut [f32]) {
+        assert_eq!(out.len(), self.cols);
+        let row = self.row(r);
+        match self.scales {
+            None => {
+                for (c, o) in out.iter_mut().enumerate() {
+                    *o = self.fmt.load(row, c);
+                }
+            }
+            Some(s) => {
+                let cb = self.cols.div_ceil(s.block_cols);
+                let scales = &s.scales[(r / s.block_rows) * cb..][..cb];
+                for (chunk, (b, &scale)) in
+                    out.chunks_mut(s.block_cols).zip(scales.iter().enumerate())
+                {
+                    let c0 = b * s.block_cols;
+                    for (j, o) in chunk.iter_mut().enumerate() {
+                        *o = self.fmt.load(row, c0 + j) * scale;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `row(r) · x` in the fixed reduction order (scaled formats: of the dequantized row).
+    pub fn dot_row(&self, r: usize, x: &[f32]) -> f32 {
+        if self.scales.is_none() {
+            return crate::dot::dot(self.fmt, self.row(r), x);
+        }
+        DEQUANT.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            if buf.len() < self.cols {
+                buf.resize(self.cols, 0.0);
+            }
+            let row = &mut buf[..self.cols];
+            self.dequant_row(r, row);
+            crate::dot::dot(WFormat::F32, bytemuck_f32(row), x)
+        })
     }
 
     /// Row `r`'s bytes.
@@ -57,11 +140,63 @@ unsafe impl Sync for OutPtr {}
 
 /// Computes rows `r0..r1` of `out[t * m.rows + r] = m.row(r) · xs[t]` for every token `t`.
 fn rows_block(isa: Isa, m: &MatRef, xs: &[f32], n_tok: usize, r0: usize, r1: usize, out: OutPtr) {
+    if m.scales.is_some() {
+        rows_block_scaled(isa, m, xs, n_tok, r0, r1, out);
+    } else {
+        rows_block_strided(isa, m, xs, n_tok, r0, r1, out, m.rows);
+    }
+}
+
+/// Scaled formats: four rows at a time dequantized to f32 (per-thread buffer), then the f32
+/// kernels; each output is the dequantized row's dot product in the fixed order.
+fn rows_block_scaled(
+    isa: Isa,
+    m: &MatRef,
+    xs: &[f32],
+    n_tok: usize,
+    r0: usize,
+    r1: usize,
+    out: OutPtr,
+) {
+    DEQUANT.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        let k = m.cols;
+        if buf.len() < 4 * k {
+            buf.resize(4 * k, 0.0);
+        }
+        let mut r = r0;
+        while r < r1 {
+            let nr = (r1 - r).min(4);
+            for (j, row) in buf[..nr * k].chunks_mut(k).enumerate() {
+                m.dequant_row(r + j, row);
+            }
+            let sub = MatRef::new(WFormat::F32, bytemuck_f32(&buf[..nr * k]), nr, k);
+            // SAFETY: row r < m.rows lies inside `out`; the sub-block writes rows r..r + nr.
+            let shifted = OutPtr(unsafe { out.0.add(r) });
+            rows_block_strided(isa, &sub, xs, n_tok, 0, nr, shifted, m.rows);
+            r += nr;
+        }
+    })
+}
+
+/// [`rows_block`] for an unscaled matrix writing `out[t * stride + r]`.
+#[allow(clippy::too_many_arguments)]
+fn rows_block_strided(
+    isa: Isa,
+    m: &MatRef,
+    xs: &[f32],
+    n_tok: usize,
+    r0: usize,
+    r1: usize,
+    out: OutPtr,
+    stride: usize,
+) {
     let k = m.cols;
     let x = |t: usize| &xs[t * k..(t + 1) * k];
     let put = |t: usize, r: usize, v: f32| {
-        // SAFETY: t < n_tok and r < m.rows, inside `out`; rows r0..r1 belong to this task only.
-        unsafe { *out.0.add(t * m.rows + r) = v };
+        // SAFETY: t < n_tok and r < the output's rows, inside `out`; these rows belong to
+        // this task only.
+        unsafe { *out.0.add(t * stride + r) = v };
     };
     let mut r = r0;
     while r + 4 <= r1 {
@@ -184,10 +319,17 @@ pub fn matmul(m: &MatRef, xs: &[f32], n_tok: usize, out: &mut [f32]) {
 /// The plain reference: one row, one token at a time, scalar, serial.
 pub fn matmul_reference(m: &MatRef, xs: &[f32], n_tok: usize, out: &mut [f32]) {
     check(m, xs, n_tok, out);
+    let mut row = vec![0.0f32; m.cols];
     for t in 0..n_tok {
         for r in 0..m.rows {
-            out[t * m.rows + r] =
-                crate::dot::dot_scalar(m.fmt, m.row(r), &xs[t * m.cols..(t + 1) * m.cols]);
+            let x = &xs[t * m.cols..(t + 1) * m.cols];
+            out[t * m.rows + r] = match m.scales {
+                None => crate::dot::dot_scalar(m.fmt, m.row(r), x),
+                Some(_) => {
+                    m.dequant_row(r, &mut row);
+                    crate::dot::dot_scalar(WFormat::F32, bytemuck_f32(&row), x)
+                }
+            };
         }
     }
 }
@@ -229,6 +371,42 @@ mod tests {
                     let mut one = vec![0.0; rows];
                     pool.install(|| matmul_isa(isa, &m, &xs[t * cols..(t + 1) * cols], 1, &mut one));
                     prop_assert_eq!(one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want[t * rows..(t + 1) * rows].iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+                }
+            }
+        }
+
+        /// FP8 with block scales (partial edge blocks): batched, parallel, SIMD == the scalar
+        /// reference on the dequantized rows, == a plain f32 matrix holding the dequantized
+        /// values; one row at a time (`dot_row`) too.
+        #[test]
+        fn fp8_block_scaled_matmul_equals_reference(rows in 1usize..70, cols in 1usize..90, n_tok in 1usize..5, br in 1usize..40, bc in 1usize..50, seed in any::<u64>(), threads in 1usize..3) {
+            let mut s = seed | 1;
+            let mut next = move || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
+            // Any byte but the NaN encodings.
+            let w: Vec<u8> = (0..rows * cols).map(|_| { let b = (next() >> 32) as u8; if b & 0x7F == 0x7F { b ^ 1 } else { b } }).collect();
+            let scales: Vec<f32> = (0..rows.div_ceil(br) * cols.div_ceil(bc)).map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 + 0.01) * 0.01).collect();
+            let xs: Vec<f32> = (0..n_tok * cols).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
+            let m = MatRef::new(WFormat::F8E4M3, &w, rows, cols).with_scales(BlockScales { scales: &scales, block_rows: br, block_cols: bc });
+            let mut want = vec![0.0; n_tok * rows];
+            matmul_reference(&m, &xs, n_tok, &mut want);
+            // The same values stored as f32: the format's definition.
+            let deq: Vec<f32> = (0..rows * cols).map(|i| {
+                let (r, c) = (i / cols, i % cols);
+                coli_core::FP8_E4M3_TABLE[w[i] as usize] * scales[(r / br) * cols.div_ceil(bc) + c / bc]
+            }).collect();
+            let plain = MatRef::new(WFormat::F32, bytemuck_f32(&deq), rows, cols);
+            let mut want_plain = vec![0.0; n_tok * rows];
+            matmul_reference(&plain, &xs, n_tok, &mut want_plain);
+            prop_assert_eq!(bits(&want), bits(&want_plain));
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            for isa in cpu::available() {
+                let mut got = vec![0.0; n_tok * rows];
+                pool.install(|| matmul_isa(isa, &m, &xs, n_tok, &mut got));
+                prop_assert_eq!(bits(&got), bits(&want));
+            }
+            for t in 0..n_tok {
+                for r in 0..rows {
+                    prop_assert_eq!(m.dot_row(r, &xs[t * cols..(t + 1) * cols]).to_bits(), want[t * rows + r].to_bits());
                 }
             }
         }

@@ -46,6 +46,14 @@ pub enum ModelError {
     /// The chat template could not be rendered.
     #[error("chat template: {0}")]
     Template(String),
+    /// A tensor whose values cannot be used (e.g. a non-finite quantization scale).
+    #[error("tensor \"{name}\": {msg}")]
+    BadTensor {
+        /// The tensor.
+        name: String,
+        /// What is wrong.
+        msg: String,
+    },
     /// Importing a foreign format (GGUF) failed.
     #[error("{path}: {msg}")]
     Import {

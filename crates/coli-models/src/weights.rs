@@ -1,6 +1,7 @@
 //! Loading weights by name, checking shape and dtype once at load time.
 
 use coli_core::{DType, ModelDir, TensorView};
+use coli_kernels::matmul::BlockScales;
 use coli_kernels::matmul::{matmul, matmul_many};
 use coli_kernels::{MatRef, WFormat};
 
@@ -12,6 +13,7 @@ pub fn wformat(d: DType) -> WFormat {
         DType::F32 => WFormat::F32,
         DType::BF16 => WFormat::BF16,
         DType::F16 => WFormat::F16,
+        DType::F8E4M3 => WFormat::F8E4M3,
     }
 }
 
@@ -25,19 +27,55 @@ pub struct Linear {
     /// Input features.
     pub cols: usize,
     bias: Option<Vec<f32>>,
+    scales: Option<Scales>,
+}
+
+/// Block scales of a quantized weight, read once at load time.
+#[derive(Clone, Debug)]
+struct Scales {
+    values: Vec<f32>,
+    block_rows: usize,
+    block_cols: usize,
 }
 
 impl Linear {
-    /// Loads `name` (the full tensor name), checking shape `[rows, cols]`.
+    /// Loads `name` (the full tensor name), checking shape `[rows, cols]`. An FP8 weight
+    /// brings its `{name}_scale_inv` block scales (`quantization_config.weight_block_size`);
+    /// the weight itself stays FP8 and is dequantized by the kernels as they read it.
     pub fn load(dir: &ModelDir, name: &str, rows: usize, cols: usize) -> Result<Linear> {
         let view = dir.tensor_shaped(name, &[rows, cols])?;
-        let fmt = wformat(view.dtype()?);
+        let dtype = view.dtype()?;
+        let scales = if dtype == DType::F8E4M3 {
+            let (br, bc) = dir.config.fp8_block_size()?.ok_or_else(|| {
+                dir.config.error(
+                    "quantization_config",
+                    format!("{name} is FP8 but the config has no weight_block_size"),
+                )
+            })?;
+            let scale_name = format!("{name}_scale_inv");
+            let s = dir.tensor_shaped(&scale_name, &[rows.div_ceil(br), cols.div_ceil(bc)])?;
+            let values = s.to_f32_vec()?;
+            if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
+                return Err(crate::error::ModelError::BadTensor {
+                    name: scale_name,
+                    msg: format!("scale {bad} is not finite"),
+                });
+            }
+            Some(Scales {
+                values,
+                block_rows: br,
+                block_cols: bc,
+            })
+        } else {
+            None
+        };
         Ok(Linear {
             view,
-            fmt,
+            fmt: wformat(dtype),
             rows,
             cols,
             bias: None,
+            scales,
         })
     }
 
@@ -69,7 +107,15 @@ impl Linear {
 
     /// The weight as a kernel matrix.
     pub fn mat(&self) -> MatRef<'_> {
-        MatRef::new(self.fmt, self.view.bytes(), self.rows, self.cols)
+        let m = MatRef::new(self.fmt, self.view.bytes(), self.rows, self.cols);
+        match &self.scales {
+            None => m,
+            Some(s) => m.with_scales(BlockScales {
+                scales: &s.values,
+                block_rows: s.block_rows,
+                block_cols: s.block_cols,
+            }),
+        }
     }
 
     /// `out[t] = W xs[t] + b` for `n` tokens.
@@ -107,15 +153,12 @@ impl Linear {
 
     /// `W[r] · x` for one row, in the kernels' fixed reduction order.
     pub fn dot_row(&self, r: usize, x: &[f32]) -> f32 {
-        coli_kernels::dot::dot(self.fmt, self.mat().row(r), x)
+        self.mat().dot_row(r, x)
     }
 
     /// Row `r` of the weight converted to f32 (embedding lookup).
     pub fn row_f32(&self, r: usize, out: &mut [f32]) {
-        let m = self.mat();
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = self.fmt.load(m.row(r), i);
-        }
+        self.mat().dequant_row(r, out)
     }
 }
 
