@@ -112,6 +112,8 @@ pub struct Attention {
 }
 
 /// How MLA forms its queries.
+// One per layer, read in place: the size difference between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum MlaQuery {
     /// One projection `q_proj` (`q_lora_rank` null).
