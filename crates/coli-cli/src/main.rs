@@ -323,12 +323,16 @@ fn cmd_info(a: InfoArgs) -> Result<(), String> {
             println!("supported model types:");
             for f in registry::FAMILIES {
                 println!(
-                    "  {:<12} {} {:?}",
+                    "  {:<22} {:<12} {:?}",
                     f.model_types.join(", "),
                     f.display_name,
                     f.capabilities
                 );
             }
+            println!(
+                "weight formats: f32, bf16, f16; float8_e4m3fn with block scales \
+                 (quantization_config.weight_block_size, weight_scale_inv)"
+            );
         }
         Some(dir) => {
             let model = registry::load(&dir).map_err(|e| e.to_string())?;
