@@ -1419,25 +1419,74 @@ pub mod load {
         })
     }
 
-    /// Routing and expert counts of a DeepSeek-style MoE block (DeepSeek-V3, Kimi-K2, GLM).
-    #[derive(Clone, Copy, Debug)]
+    /// Routing and expert keys of a DeepSeek-style MoE block (DeepSeek-V3, Kimi-K2, GLM),
+    /// spelled as in their config.json (flattened into the family configs).
+    #[derive(Clone, Copy, Debug, serde::Deserialize)]
     pub struct SigmoidMoeConfig {
-        /// `n_routed_experts`.
+        /// Routed experts per MoE layer.
         pub n_routed_experts: usize,
-        /// `num_experts_per_tok`.
-        pub top_k: usize,
-        /// `moe_intermediate_size`.
+        /// Experts per token.
+        pub num_experts_per_tok: usize,
+        /// Width of each routed expert.
         pub moe_intermediate_size: usize,
-        /// `n_shared_experts` (fused into one MLP of `n * moe_intermediate_size`).
+        /// Shared experts (fused into one MLP of `n * moe_intermediate_size`).
+        #[serde(default = "one")]
         pub n_shared_experts: usize,
-        /// `n_group`.
+        /// Expert groups.
+        #[serde(default = "one")]
         pub n_group: usize,
-        /// `topk_group`.
+        /// Groups a token may route to.
+        #[serde(default = "one")]
         pub topk_group: usize,
-        /// `norm_topk_prob`.
+        /// Renormalise the chosen weights.
+        #[serde(default = "yes")]
         pub norm_topk_prob: bool,
-        /// `routed_scaling_factor`.
+        /// Multiplies the routing weights.
+        #[serde(default = "one_f")]
         pub routed_scaling_factor: f64,
+    }
+
+    /// The MLA keys of a DeepSeek-style config.json (flattened into the family configs).
+    #[derive(Clone, Copy, Debug, serde::Deserialize)]
+    pub struct MlaConfig {
+        /// Rank of the compressed key/value latent.
+        pub kv_lora_rank: usize,
+        /// Rank of the query compression (null: plain `q_proj`).
+        #[serde(default)]
+        pub q_lora_rank: Option<usize>,
+        /// Rotary dims per head.
+        pub qk_rope_head_dim: usize,
+        /// Value dims per head.
+        pub v_head_dim: usize,
+        /// Non-rotary query/key dims per head.
+        pub qk_nope_head_dim: usize,
+        /// Biases on `q_a_proj`, `kv_a_proj_with_mqa` and `o_proj`.
+        #[serde(default)]
+        pub attention_bias: bool,
+    }
+
+    impl MlaConfig {
+        /// The block's shapes for `n_heads` heads.
+        pub fn dims(&self, n_heads: usize) -> MlaDims {
+            MlaDims {
+                n_heads,
+                q_lora_rank: self.q_lora_rank,
+                kv_lora_rank: self.kv_lora_rank,
+                nope: self.qk_nope_head_dim,
+                rope: self.qk_rope_head_dim,
+                v_dim: self.v_head_dim,
+            }
+        }
+    }
+
+    fn one() -> usize {
+        1
+    }
+    fn one_f() -> f64 {
+        1.0
+    }
+    fn yes() -> bool {
+        true
     }
 
     /// `{prefix}.gate` (weight + `e_score_correction_bias`), `{prefix}.experts.{e}`,
@@ -1453,7 +1502,7 @@ pub mod load {
             dir,
             &gate,
             m.n_routed_experts,
-            m.top_k,
+            m.num_experts_per_tok,
             m.n_group,
             m.topk_group,
             m.norm_topk_prob,
@@ -1482,9 +1531,26 @@ pub mod load {
                 hidden,
                 m.moe_intermediate_size,
             )?,
-            top_k: m.top_k,
+            top_k: m.num_experts_per_tok,
             routing,
             shared,
+        })
+    }
+
+    /// The feed-forward block `{prefix}` of a DeepSeek-style layer: a sigmoid-routed MoE when
+    /// `sparse`, else a dense SwiGLU of `intermediate_size`.
+    pub fn dense_or_sigmoid_moe(
+        dir: &ModelDir,
+        prefix: &str,
+        hidden: usize,
+        sparse: bool,
+        intermediate_size: usize,
+        moe: &SigmoidMoeConfig,
+    ) -> Result<Ffn> {
+        Ok(if sparse {
+            Ffn::Moe(Box::new(sigmoid_moe(dir, prefix, hidden, moe)?))
+        } else {
+            Ffn::Dense(Box::new(swiglu(dir, prefix, hidden, intermediate_size)?))
         })
     }
 

@@ -30,6 +30,7 @@ pub mod qwen_moe;
 pub mod registry;
 pub mod sampling;
 pub mod session;
+pub mod skeleton;
 pub mod tokenizer;
 pub mod weights;
 
