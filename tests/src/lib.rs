@@ -274,3 +274,94 @@ pub mod checks {
         Ok(())
     }
 }
+
+/// Placement invariance: the expert store never changes a bit.
+pub mod placement {
+    use std::path::Path;
+
+    use coli_models::expert_store::{CacheSize, Placement};
+    use coli_models::Session;
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Logits of a prefill of `seq[..split]` then one token at a time (the decode path,
+    /// where prefetch runs), every position's row concatenated.
+    pub fn trace(
+        model: &coli_models::Transformer,
+        seq: &[u32],
+        split: usize,
+    ) -> Result<Vec<f32>, String> {
+        let mut s = Session::new(model, seq.len());
+        let mut out = s
+            .forward(&seq[..split], true)
+            .map_err(|e| e.to_string())?
+            .to_vec();
+        for &t in &seq[split..] {
+            out.extend_from_slice(s.forward(&[t], false).map_err(|e| e.to_string())?);
+        }
+        Ok(out)
+    }
+
+    /// Every placement in the matrix — cache of 1, 2, 8 slots per layer or all experts;
+    /// prefetch on and off; O_DIRECT on and off; 1 and 2 threads — gives the bits of the
+    /// model read in place. Returns how many placements were compared.
+    pub fn check(dir: &Path, seq: &[u32]) -> Result<usize, String> {
+        let split = seq.len() / 3;
+        let base = coli_models::load(dir).map_err(|e| e.to_string())?;
+        let n_experts = base.expert_census().experts_per_layer;
+        if n_experts == 0 {
+            return Ok(0);
+        }
+        let want = bits(&trace(&base, seq, split)?);
+        let mut compared = 0;
+        for cache in [
+            CacheSize::Slots(1),
+            CacheSize::Slots(2),
+            CacheSize::Slots(8),
+            CacheSize::Slots(n_experts),
+            CacheSize::Off,
+        ] {
+            for prefetch in [true, false] {
+                for direct in [false, true] {
+                    if cache == CacheSize::Off && (prefetch || direct) {
+                        continue;
+                    }
+                    let mut m = coli_models::load(dir).map_err(|e| e.to_string())?;
+                    let p = Placement {
+                        cache,
+                        direct,
+                        prefetch,
+                        pin_bytes: 0,
+                    };
+                    m.place_experts(dir, &p).map_err(|e| e.to_string())?;
+                    for threads in [1, 2] {
+                        let pool = rayon::ThreadPoolBuilder::new()
+                            .num_threads(threads)
+                            .build()
+                            .map_err(|e| e.to_string())?;
+                        let got = pool.install(|| trace(&m, seq, split))?;
+                        if bits(&got) != want {
+                            return Err(format!(
+                                "{}: {p:?} at {threads} threads differs from the model read in place",
+                                dir.display()
+                            ));
+                        }
+                        compared += 1;
+                    }
+                    if let Some(st) = &m.store {
+                        let s = st.stats();
+                        if s.hits + s.misses == 0 {
+                            return Err(format!(
+                                "{}: {p:?}: the store served nothing",
+                                dir.display()
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(compared)
+    }
+}

@@ -64,6 +64,7 @@ pub struct TensorView {
     pub file: PathBuf,
     map: Arc<Mmap>,
     range: Range<usize>,
+    file_offset: u64,
 }
 
 impl TensorView {
@@ -72,9 +73,10 @@ impl TensorView {
         &self.map[self.range.clone()]
     }
 
-    /// Byte range within its shard.
-    pub fn file_range(&self) -> Range<usize> {
-        self.range.clone()
+    /// Where the bytes are in `file` (also for a resident copy: the original place), for
+    /// reading them with `pread` instead of through the mapping.
+    pub fn file_range(&self) -> Range<u64> {
+        self.file_offset..self.file_offset + self.range.len() as u64
     }
 
     /// Number of elements.
@@ -157,6 +159,7 @@ pub fn make_resident(views: &[&TensorView]) -> Result<Vec<TensorView>> {
             file: v.file.clone(),
             map: map.clone(),
             range: off..off + v.range.len(),
+            file_offset: v.file_offset,
         })
         .collect())
 }
@@ -289,6 +292,7 @@ impl ModelDir {
             file: shard.path.clone(),
             map: shard.map.clone(),
             range: e.file_range.clone(),
+            file_offset: e.file_range.start as u64,
         })
     }
 

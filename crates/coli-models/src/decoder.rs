@@ -15,6 +15,7 @@ use coli_kernels::rope::{apply as apply_rope, RopeLayout, RopeTable};
 use coli_kernels::routing::{
     sigmoid, sigmoid_group_top_k, softmax_top_k, GroupedSigmoid, RouteScratch,
 };
+use coli_kernels::MatRef;
 use rayon::prelude::*;
 
 use crate::weights::Linear;
@@ -304,6 +305,8 @@ pub struct Transformer {
     pub rope: RopeTable,
     /// RoPE pair layout.
     pub rope_layout: RopeLayout,
+    /// Where routed experts come from when they are streamed (None: read in place).
+    pub store: Option<crate::expert_store::ExpertStore>,
 }
 
 /// Key/value cache: per layer `[capacity, key width]` keys and `[capacity, value width]`
@@ -381,6 +384,7 @@ pub struct Scratch {
     // MoE routing and per-expert gather buffers.
     route: RouteScratch,
     shared_gate: Vec<f32>,
+    prefetch_logits: Vec<f32>,
     router_logits: Vec<f32>,
     probs: Vec<f32>,
     order: Vec<usize>,
@@ -599,7 +603,7 @@ impl Transformer {
         s: &mut Scratch,
         logits: LogitsFor,
         positions: PositionLoop,
-    ) {
+    ) -> crate::error::Result<()> {
         let info = &self.info;
         let (n, h) = (tokens.len(), info.hidden_size);
         let end = start + n;
@@ -637,7 +641,23 @@ impl Transformer {
                     &mut s.up,
                     &mut s.proj[..n * h],
                 ),
-                Ffn::Moe(moe) => moe_forward(moe, n, h, s),
+                Ffn::Moe(moe) => {
+                    let store = self.store.as_ref().map(|st| {
+                        // The next MoE layer, for prefetch while this one computes.
+                        let next = self.layers[li + 1..].iter().enumerate().find_map(|(j, l)| {
+                            match &l.ffn {
+                                Ffn::Moe(m) => Some((li + 1 + j, &**m)),
+                                Ffn::Dense(_) => None,
+                            }
+                        });
+                        StoreCtx {
+                            store: st,
+                            layer: li,
+                            next,
+                        }
+                    });
+                    moe_forward(moe, n, h, s, store)?
+                }
             }
             add_into(&mut s.x[..n * h], &s.proj[..n * h]);
         }
@@ -651,6 +671,7 @@ impl Transformer {
         let v = info.vocab_size;
         self.lm_head
             .forward(&s.xn[..rows * h], rows, &mut s.logits[..rows * v]);
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1087,9 +1108,39 @@ fn mlp_forward(m: &Mlp, n: usize, xs: &[f32], gate: &mut [f32], up: &mut [f32], 
     m.down_proj.forward(g, n, out);
 }
 
+/// [`mlp_forward`] on bias-free kernel matrices (a streamed expert): the same kernels, so
+/// the same bits as reading the expert in place.
+fn mlp_forward_mats(
+    [gate_m, up_m, down_m]: [MatRef; 3],
+    n: usize,
+    xs: &[f32],
+    gate: &mut [f32],
+    up: &mut [f32],
+    out: &mut [f32],
+) {
+    let inter = gate_m.rows;
+    let (g, u) = (&mut gate[..n * inter], &mut up[..n * inter]);
+    coli_kernels::matmul::matmul_many([&gate_m, &up_m], xs, n, [&mut *g, &mut *u]);
+    swiglu_inplace(g, u);
+    coli_kernels::matmul::matmul(&down_m, g, n, out);
+}
+
+/// The expert store a MoE layer reads from, with the next MoE layer to prefetch for.
+struct StoreCtx<'a> {
+    store: &'a crate::expert_store::ExpertStore,
+    layer: usize,
+    next: Option<(usize, &'a Moe)>,
+}
+
 /// Routes each token, runs every selected expert once over all its tokens (batch union),
 /// then sums each token's expert outputs in routing-rank order.
-fn moe_forward(moe: &Moe, n: usize, h: usize, s: &mut Scratch) {
+fn moe_forward(
+    moe: &Moe,
+    n: usize,
+    h: usize,
+    s: &mut Scratch,
+    store: Option<StoreCtx>,
+) -> crate::error::Result<()> {
     let e = moe.experts.len();
     let k = moe.top_k;
     moe.router
@@ -1128,6 +1179,28 @@ fn moe_forward(moe: &Moe, n: usize, h: usize, s: &mut Scratch) {
             }
         }
     }
+    if let Some(ctx) = &store {
+        for &ex in &s.experts[..n * k] {
+            ctx.store.record(ctx.layer, ex);
+        }
+        // Decode: guess the next MoE layer's experts from this layer's input and start
+        // reading them while this layer computes (a hint: never changes a result).
+        if let (1, Some((next_layer, next))) = (n, ctx.next) {
+            let ne = next.experts.len();
+            grow(&mut s.prefetch_logits, ne);
+            next.router
+                .forward(&s.xn[..h], 1, &mut s.prefetch_logits[..ne]);
+            if let Routing::GroupedSigmoid { bias, .. } = &next.routing {
+                for (l, b) in s.prefetch_logits[..ne].iter_mut().zip(bias) {
+                    *l = sigmoid(*l) + b;
+                }
+            }
+            let want = next.top_k.min(ctx.store.cap());
+            let top =
+                coli_kernels::routing::top_k_indices(&s.prefetch_logits[..ne], want, &mut s.order);
+            ctx.store.prefetch(next_layer, top);
+        }
+    }
     // Counting sort of the (token, rank) slots by expert.
     let counts = &mut s.counts[..e + 1];
     counts.fill(0);
@@ -1153,14 +1226,21 @@ fn moe_forward(moe: &Moe, n: usize, h: usize, s: &mut Scratch) {
             let t = slot / k;
             s.gathered[j * h..(j + 1) * h].copy_from_slice(&s.xn[t * h..(t + 1) * h]);
         }
-        mlp_forward(
-            &moe.experts[ex],
-            m,
-            &s.gathered[..m * h],
-            &mut s.gate,
-            &mut s.up,
-            &mut s.expert_y[..m * h],
-        );
+        let (xs, y) = (&s.gathered[..m * h], &mut s.expert_y[..m * h]);
+        match &store {
+            None => mlp_forward(&moe.experts[ex], m, xs, &mut s.gate, &mut s.up, y),
+            Some(ctx) => {
+                let e = ctx.store.get(ctx.layer, ex)?;
+                mlp_forward_mats(
+                    [e.mat(0), e.mat(1), e.mat(2)],
+                    m,
+                    xs,
+                    &mut s.gate,
+                    &mut s.up,
+                    y,
+                )
+            }
+        }
         for (j, &slot) in s.slots[begin..end].iter().enumerate() {
             s.expert_out[slot * h..(slot + 1) * h].copy_from_slice(&s.expert_y[j * h..(j + 1) * h]);
         }
@@ -1196,6 +1276,7 @@ fn moe_forward(moe: &Moe, n: usize, h: usize, s: &mut Scratch) {
             }
         }
     }
+    Ok(())
 }
 
 /// Loaders of the shared blocks, given the names a family's checkpoint uses.

@@ -54,6 +54,9 @@ pub enum ModelError {
         /// What is wrong.
         msg: String,
     },
+    /// The expert store could not read an expert (shard truncated or unreadable mid-run).
+    #[error("expert store: {0}")]
+    ExpertRead(String),
     /// Importing a foreign format (GGUF) failed.
     #[error("{path}: {msg}")]
     Import {

@@ -20,6 +20,7 @@ pub mod decoder;
 pub mod deepseek_v3;
 pub mod demo;
 pub mod error;
+pub mod expert_store;
 pub mod gguf_import;
 pub mod glm4_moe;
 pub mod glm_moe_dsa;
@@ -32,6 +33,7 @@ pub mod sampling;
 pub mod session;
 pub mod skeleton;
 pub mod tokenizer;
+pub mod usage;
 pub mod weights;
 
 pub use decoder::{ModelInfo, Transformer};

@@ -132,7 +132,7 @@ impl<'m> Session<'m> {
             &mut self.scratch,
             mode,
             self.positions,
-        );
+        )?;
         self.pos = needed;
         let rows = if all_logits { tokens.len() } else { 1 };
         Ok(&self.scratch.logits[..rows * self.model.info.vocab_size])

@@ -168,6 +168,7 @@ impl<'a> Skeleton<'a> {
             embed_tokens,
             layers,
             lm_head,
+            store: None,
         })
     }
 }

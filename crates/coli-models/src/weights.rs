@@ -30,12 +30,27 @@ pub struct Linear {
     scales: Option<Scales>,
 }
 
-/// Block scales of a quantized weight, read once at load time.
+/// Block scales of a quantized weight, read once at load time (small; shared by clones
+/// and by the expert store).
 #[derive(Clone, Debug)]
-struct Scales {
-    values: Vec<f32>,
-    block_rows: usize,
-    block_cols: usize,
+pub struct Scales {
+    /// One scale per block, row-major over the block grid.
+    pub values: std::sync::Arc<[f32]>,
+    /// Rows per block.
+    pub block_rows: usize,
+    /// Columns per block.
+    pub block_cols: usize,
+}
+
+impl Scales {
+    /// As the kernels take them.
+    pub fn block_scales(&self) -> BlockScales<'_> {
+        BlockScales {
+            scales: &self.values,
+            block_rows: self.block_rows,
+            block_cols: self.block_cols,
+        }
+    }
 }
 
 impl Linear {
@@ -62,7 +77,7 @@ impl Linear {
                 });
             }
             Some(Scales {
-                values,
+                values: values.into(),
                 block_rows: br,
                 block_cols: bc,
             })
@@ -99,6 +114,16 @@ impl Linear {
         &self.view
     }
 
+    /// The stored element format.
+    pub fn format(&self) -> WFormat {
+        self.fmt
+    }
+
+    /// Block scales of a quantized weight.
+    pub fn scales(&self) -> Option<&Scales> {
+        self.scales.as_ref()
+    }
+
     /// Points the layer at another copy of the same bytes.
     pub fn set_view(&mut self, view: TensorView) {
         assert_eq!(view.bytes().len(), self.view.bytes().len());
@@ -110,11 +135,7 @@ impl Linear {
         let m = MatRef::new(self.fmt, self.view.bytes(), self.rows, self.cols);
         match &self.scales {
             None => m,
-            Some(s) => m.with_scales(BlockScales {
-                scales: &s.values,
-                block_rows: s.block_rows,
-                block_cols: s.block_cols,
-            }),
+            Some(s) => m.with_scales(s.block_scales()),
         }
     }
 

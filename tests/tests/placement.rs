@@ -1,0 +1,144 @@
+//! Placement never changes bits: the expert store at every cache size, with prefetch and
+//! O_DIRECT on or off, at 1 and 2 threads, against the model read in place — over every
+//! MoE oracle fixture. Plus: stats, pinning from the usage history, and a shard truncated
+//! mid-run.
+
+use coli_models::expert_store::{CacheSize, Placement};
+use coli_tests::{placement, Reference, TINY_FIXTURES};
+
+#[test]
+fn every_placement_gives_the_same_bits_on_every_moe_fixture() {
+    let mut total = 0;
+    for name in TINY_FIXTURES {
+        let r = Reference::load(name);
+        total += placement::check(&r.dir, &r.ids()).unwrap();
+    }
+    assert!(total > 100, "only {total} placements compared");
+}
+
+#[test]
+fn a_small_cache_misses_and_a_full_one_hits_after_first_use() {
+    let r = Reference::load("olmoe_gqa_clip");
+    let seq = r.ids();
+    let run = |cache: CacheSize| {
+        let mut m = coli_models::load(&r.dir).unwrap();
+        let p = Placement {
+            cache,
+            prefetch: false,
+            ..Placement::default()
+        };
+        m.place_experts(&r.dir, &p).unwrap();
+        placement::trace(&m, &seq, 4).unwrap();
+        m.store.as_ref().unwrap().stats()
+    };
+    let small = run(CacheSize::Slots(1));
+    let full = run(CacheSize::Slots(8));
+    // 8 experts per layer, 2 layers: a full cache reads each expert at most once.
+    assert!(full.misses <= 16, "{full:?}");
+    assert!(small.misses > full.misses, "{small:?} vs {full:?}");
+    assert!(small.hit_rate() < full.hit_rate());
+    // Every miss read exactly one expert's bytes.
+    let m = coli_models::load(&r.dir).unwrap();
+    let per_expert = m.expert_census().expert_bytes;
+    assert_eq!(full.bytes_read, full.misses * per_expert);
+    assert_eq!(small.bytes_read, small.misses * per_expert);
+}
+
+#[test]
+fn pinned_experts_come_from_the_usage_history_and_stay() {
+    let r = Reference::load("olmoe_norm_topk");
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&r.dir).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+    }
+    let dir = tmp.path();
+    // Record a run's routing.
+    let mut m = coli_models::load(dir).unwrap();
+    m.place_experts(dir, &Placement::default()).unwrap();
+    placement::trace(&m, &r.ids(), 10).unwrap();
+    let usage = m.store.as_ref().unwrap().usage();
+    let routed: u64 = usage.iter().map(|u| u.2).sum();
+    // 40 tokens x 2 layers x top-2.
+    assert_eq!(routed, 40 * 2 * 2);
+    coli_models::usage::merge(dir, &usage).unwrap();
+    // Pin room for three experts: the three most used ones, loaded up front.
+    let per_expert = m.expert_census().expert_bytes;
+    let mut pinned = coli_models::load(dir).unwrap();
+    let p = Placement {
+        cache: CacheSize::Slots(1),
+        pin_bytes: 3 * per_expert,
+        prefetch: false,
+        ..Placement::default()
+    };
+    pinned.place_experts(dir, &p).unwrap();
+    let st = pinned.store.as_ref().unwrap();
+    assert_eq!(st.stats().pinned, 3);
+    let mut hist: Vec<(usize, usize, u64)> = usage.clone();
+    hist.sort_by(|a, b| b.2.cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
+    let before = st.stats();
+    // Touch the hottest expert: a hit, no read.
+    st.get(hist[0].0, hist[0].1).unwrap();
+    let after = st.stats();
+    assert_eq!(after.hits, before.hits + 1);
+    assert_eq!(after.bytes_read, before.bytes_read);
+    // Same bits as the model read in place.
+    let base = coli_models::load(dir).unwrap();
+    let a = placement::trace(&base, &r.ids(), 10).unwrap();
+    let b = placement::trace(&pinned, &r.ids(), 10).unwrap();
+    assert_eq!(
+        a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        b.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
+    assert_eq!(pinned.store.as_ref().unwrap().stats().pinned, 3);
+}
+
+#[test]
+fn a_shard_truncated_mid_run_is_a_clear_error() {
+    let r = Reference::load("olmoe_gqa_clip");
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&r.dir).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+    }
+    let dir = tmp.path();
+    for direct in [false, true] {
+        let mut m = coli_models::load(dir).unwrap();
+        let p = Placement {
+            cache: CacheSize::Slots(1),
+            direct,
+            prefetch: !direct,
+            pin_bytes: 0,
+        };
+        m.place_experts(dir, &p).unwrap();
+        let mut s = coli_models::Session::new(&m, 64);
+        s.forward(&r.ids()[..4], false).unwrap();
+        // Cut every shard after its header: expert reads now hit the end of the file.
+        let mut saved = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "safetensors") {
+                let bytes = std::fs::read(&path).unwrap();
+                let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_len((8 + n) as u64)
+                    .unwrap();
+                saved.push((path, bytes));
+            }
+        }
+        let err = (0..20)
+            .find_map(|i| s.forward(&[r.ids()[4 + i]], false).err())
+            .expect("a read past the end must fail");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("expert store: reading expert") && msg.contains(".safetensors"),
+            "{msg}"
+        );
+        for (path, bytes) in saved {
+            std::fs::write(path, bytes).unwrap();
+        }
+    }
+}
