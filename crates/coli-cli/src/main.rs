@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand};
+use coli_models::expert_store::{CacheSize, Placement, StoreStats};
 use coli_models::tokenizer::ChatMessage;
 use coli_models::{registry, Sampler, SamplingParams, Session, TextTokenizer};
 use serde_json::json;
@@ -41,6 +42,65 @@ struct ModelArg {
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// RAM for routed experts, in GB over all layers; "all" keeps every expert cached,
+    /// "off" copies every expert into RAM at load (no streaming). Default: what the
+    /// available RAM allows.
+    #[arg(long, value_name = "GB|all|off")]
+    expert_cache: Option<String>,
+    /// Cached experts per MoE layer (instead of --expert-cache).
+    #[arg(long, conflicts_with = "expert_cache")]
+    cap: Option<usize>,
+    /// Read experts with O_DIRECT (bypass the page cache).
+    #[arg(long)]
+    direct: bool,
+    /// Prefetch the next layer's likely experts while a layer computes.
+    #[arg(long, value_name = "on|off", default_value = "on")]
+    prefetch: String,
+    /// Pin this many GB of the historically hottest experts (from .coli_usage) at start.
+    #[arg(long, value_name = "GB", default_value_t = 0.0)]
+    pin: f64,
+    /// Do not add this run's routing to the model directory's .coli_usage.
+    #[arg(long)]
+    no_usage: bool,
+}
+
+const GB: f64 = 1e9;
+
+/// The placement the flags ask for.
+fn placement(m: &ModelArg) -> Result<Placement, String> {
+    let gb = |flag: &str, v: f64| {
+        if v.is_finite() && v >= 0.0 {
+            Ok((v * GB) as u64)
+        } else {
+            Err(format!(
+                "{flag} must be a non-negative number of GB, got {v}"
+            ))
+        }
+    };
+    let cache = match (m.cap, m.expert_cache.as_deref()) {
+        (Some(0), _) => return Err("--cap must be at least 1".into()),
+        (Some(n), _) => CacheSize::Slots(n),
+        (None, None) => CacheSize::Auto,
+        (None, Some("all")) => CacheSize::Slots(usize::MAX),
+        (None, Some("off")) => CacheSize::Off,
+        (None, Some(v)) => {
+            let x: f64 = v.parse().map_err(|_| {
+                format!("--expert-cache takes a number of GB, \"all\" or \"off\", got {v:?}")
+            })?;
+            CacheSize::Bytes(gb("--expert-cache", x)?)
+        }
+    };
+    let prefetch = match m.prefetch.as_str() {
+        "on" => true,
+        "off" => false,
+        other => return Err(format!("--prefetch takes on or off, got {other:?}")),
+    };
+    Ok(Placement {
+        cache,
+        direct: m.direct,
+        prefetch,
+        pin_bytes: gb("--pin", m.pin)?,
+    })
 }
 
 #[derive(Args)]
@@ -177,8 +237,61 @@ fn model_dir(m: &ModelArg) -> Result<PathBuf, String> {
 fn load(m: &ModelArg) -> Result<(PathBuf, coli_models::Transformer, f64), String> {
     let dir = model_dir(m)?;
     let t0 = Instant::now();
-    let model = registry::load(&dir).map_err(|e| e.to_string())?;
+    let placement = placement(m)?;
+    let mut model = registry::load(&dir).map_err(|e| e.to_string())?;
+    model
+        .place_experts(&dir, &placement)
+        .map_err(|e| e.to_string())?;
     Ok((dir, model, t0.elapsed().as_secs_f64()))
+}
+
+/// Expert-store figures of a run (`None` without a store): the counters since `before`
+/// over `tokens` processed tokens.
+fn store_stats(
+    model: &coli_models::Transformer,
+    before: &StoreStats,
+    tokens: usize,
+    seconds: f64,
+) -> Option<serde_json::Value> {
+    let st = model.store.as_ref()?;
+    let now = st.stats();
+    let (hits, misses) = (now.hits - before.hits, now.misses - before.misses);
+    let bytes = now.bytes_read - before.bytes_read;
+    let read_s = (now.read_ns - before.read_ns) as f64 * 1e-9;
+    Some(json!({
+        "expert_hit_rate": if hits + misses == 0 { 1.0 } else { hits as f64 / (hits + misses) as f64 },
+        "expert_hits": hits,
+        "expert_misses": misses,
+        "prefetch_hits": now.prefetch_hits - before.prefetch_hits,
+        "prefetches": now.prefetches - before.prefetches,
+        "disk_bytes": bytes,
+        "disk_bytes_per_token": bytes as f64 / tokens.max(1) as f64,
+        "disk_mb_s": bytes as f64 / 1e6 / seconds.max(1e-9),
+        "read_mb_s": if read_s > 0.0 { bytes as f64 / 1e6 / read_s } else { 0.0 },
+        "prefetch_wait_ms": (now.wait_ns - before.wait_ns) as f64 * 1e-6,
+        "experts_pinned": now.pinned,
+        "experts_cached": now.cached,
+        "cap_per_layer": st.cap(),
+    }))
+}
+
+/// Adds the run's routing to the model's history unless told not to; a directory that
+/// cannot be written keeps no history (said once on stderr).
+fn save_usage(model: &coli_models::Transformer, dir: &std::path::Path, skip: bool) {
+    if skip {
+        return;
+    }
+    if let Some(st) = &model.store {
+        let run = st.usage();
+        if !run.is_empty() {
+            if let Err(e) = coli_models::usage::merge(dir, &run) {
+                eprintln!(
+                    "coli: note: routing history not saved in {}: {e}",
+                    dir.display()
+                );
+            }
+        }
+    }
 }
 
 fn cmd_run(a: RunArgs) -> Result<(), String> {
@@ -230,6 +343,8 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
         seed: a.seed,
     });
     let mut stream = tokenizer.as_ref().map(TextTokenizer::stream);
+    let before = model.store.as_ref().map(|s| s.stats()).unwrap_or_default();
+    let t_gen = Instant::now();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let g = session
@@ -250,6 +365,9 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
     };
     let _ = writeln!(out);
     let st = &g.stats;
+    let tokens = g.prompt_ids.len() + g.generated_ids.len();
+    let experts = store_stats(&model, &before, tokens, t_gen.elapsed().as_secs_f64());
+    save_usage(&model, &dir, a.m.no_usage);
     if a.json {
         let v = json!({
             "prompt_ids": g.prompt_ids,
@@ -263,6 +381,12 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
                 "decode_tok_s": if st.decode_tokens > 0 { st.decode_tokens as f64 / st.decode_s.max(1e-9) } else { 0.0 },
             }
         });
+        let mut v = v;
+        if let Some(serde_json::Value::Object(e)) = experts {
+            if let Some(serde_json::Value::Object(stats)) = v.get_mut("stats") {
+                stats.extend(e);
+            }
+        }
         let _ = writeln!(out, "{v}");
     } else {
         eprintln!(
@@ -274,6 +398,20 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
             st.decode_tokens as f64 / st.decode_s.max(1e-9),
             load_s
         );
+        if let Some(e) = experts {
+            eprintln!(
+                "[experts: hit rate {:.1}% ({} hits, {} misses, {} prefetch hits), {:.1} MB read per token at {:.0} MB/s, {} cached ({} per layer), {} pinned]",
+                e["expert_hit_rate"].as_f64().unwrap_or(0.0) * 100.0,
+                e["expert_hits"],
+                e["expert_misses"],
+                e["prefetch_hits"],
+                e["disk_bytes_per_token"].as_f64().unwrap_or(0.0) / 1e6,
+                e["read_mb_s"].as_f64().unwrap_or(0.0),
+                e["experts_cached"],
+                e["cap_per_layer"],
+                e["experts_pinned"],
+            );
+        }
     }
     Ok(())
 }

@@ -506,3 +506,81 @@ fn shards_are_found_through_coli_model_dirs() {
     );
     assert_eq!(ids(&last_json(&out)["tf_pred"]), ids(&r.json["tf_pred"]));
 }
+
+/// The expert store through the CLI: stats in --json, the routing history written to the
+/// model directory, placement flags that do not change the tokens, bad values refused.
+#[test]
+fn expert_placement_flags_stats_and_usage_history() {
+    let r = Reference::load("olmoe_gqa_clip");
+    let t = copy_fixture("olmoe_gqa_clip");
+    let want = ids(&r.json["greedy"]);
+    let n = want.len().to_string();
+    let prompt = csv(&ids(&r.json["greedy_prompt"]));
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--model",
+            path_str(t.path()),
+            "--prompt-ids",
+            &prompt,
+            "--max-tokens",
+            &n,
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = coli(&args);
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        last_json(&out)
+    };
+    for extra in [
+        &["--cap", "1"][..],
+        &["--cap", "2", "--prefetch", "off"],
+        &["--expert-cache", "0.000001", "--direct"],
+        &["--expert-cache", "all"],
+        &["--expert-cache", "off"],
+        &["--cap", "1", "--pin", "0.001"],
+    ] {
+        let v = run(extra);
+        assert_eq!(ids(&v["generated_ids"]), want, "{extra:?}");
+        if extra[1] != "off" {
+            let s = &v["stats"];
+            let rate = s["expert_hit_rate"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&rate), "{extra:?}: {s}");
+            assert!(s["disk_bytes_per_token"].as_f64().unwrap() >= 0.0);
+            assert!(s["experts_cached"].as_u64().is_some());
+        }
+    }
+    let v = run(&["--cap", "1", "--prefetch", "off"]);
+    assert!(v["stats"]["expert_misses"].as_u64().unwrap() > 0);
+    // The runs above left a routing history: version line, then layer expert count.
+    let hist = std::fs::read_to_string(t.path().join(".coli_usage")).unwrap();
+    let u = coli_models::usage::parse(&hist).expect("valid history");
+    assert_eq!(u.keys().map(|k| k.0).max(), Some(1));
+    // --no-usage leaves it alone.
+    run(&["--cap", "1", "--no-usage"]);
+    assert_eq!(
+        std::fs::read_to_string(t.path().join(".coli_usage")).unwrap(),
+        hist
+    );
+    for (flags, needle) in [
+        (&["--cap", "0"][..], "--cap must be at least 1"),
+        (
+            &["--expert-cache", "lots"],
+            "--expert-cache takes a number of GB",
+        ),
+        (
+            &["--expert-cache=-1"],
+            "must be a non-negative number of GB",
+        ),
+        (&["--pin=-2"], "--pin must be a non-negative number of GB"),
+        (&["--prefetch", "maybe"], "--prefetch takes on or off"),
+    ] {
+        let mut args = vec!["run", "--model", path_str(t.path()), "--prompt-ids", "1,2"];
+        args.extend_from_slice(flags);
+        expect_error(&args, needle);
+    }
+}
