@@ -194,6 +194,7 @@ fn simd_vs_scalar() -> Check {
                             WFormat::F16 => half::f16::from_f32(v).to_bits().to_le_bytes().to_vec(),
                             // Any finite e4m3 byte.
                             WFormat::F8E4M3 => vec![(v.to_bits() as u8) & 0xF7],
+                            WFormat::I8 | WFormat::I4 => unreachable!("not in this list"),
                         }
                     })
                     .collect();
@@ -211,42 +212,49 @@ fn simd_vs_scalar() -> Check {
             }
         }
     }
-    // Block-scaled FP8 matrices (128 x 128 blocks, partial edges), batched and parallel.
+    // Scaled matrices, batched and parallel: FP8 in 128 x 128 blocks (partial edges), coli
+    // int8 (a scale per row) and int4 (a scale per 64 columns).
     let mut mats = 0;
     for (rows, cols, n_tok) in [(130usize, 300usize, 1usize), (257, 129, 3), (64, 2049, 5)] {
-        let w: Vec<u8> = (0..rows * cols)
-            .map(|_| (rnd().to_bits() as u8) & 0xF7)
-            .collect();
-        let scales: Vec<f32> = (0..rows.div_ceil(128) * cols.div_ceil(128))
-            .map(|_| rnd().abs() * 0.01 + 1e-4)
-            .collect();
-        let xs: Vec<f32> = (0..n_tok * cols).map(|_| rnd()).collect();
-        let m = coli_kernels::MatRef::new(WFormat::F8E4M3, &w, rows, cols).with_scales(
-            coli_kernels::matmul::BlockScales {
-                scales: &scales,
-                block_rows: 128,
-                block_cols: 128,
-            },
-        );
-        let mut want = vec![0.0; n_tok * rows];
-        coli_kernels::matmul::matmul_reference(&m, &xs, n_tok, &mut want);
-        for &isa in &isas {
-            let mut got = vec![0.0; n_tok * rows];
-            coli_kernels::matmul::matmul_isa(isa, &m, &xs, n_tok, &mut got);
-            if got
-                .iter()
-                .zip(&want)
-                .any(|(a, b)| a.to_bits() != b.to_bits())
-            {
-                return Err(format!(
-                    "FP8 block-scaled {rows}x{cols} {isa:?}: differs from the scalar reference"
-                ));
+        for (fmt, br, bc) in [
+            (WFormat::F8E4M3, 128, 128),
+            (WFormat::I8, 1, cols),
+            (WFormat::I4, 1, 64),
+        ] {
+            let w: Vec<u8> = (0..rows * fmt.row_bytes(cols))
+                .map(|_| (rnd().to_bits() as u8) & 0xF7)
+                .collect();
+            let scales: Vec<f32> = (0..rows.div_ceil(br) * cols.div_ceil(bc))
+                .map(|_| rnd().abs() * 0.01 + 1e-4)
+                .collect();
+            let xs: Vec<f32> = (0..n_tok * cols).map(|_| rnd()).collect();
+            let m = coli_kernels::MatRef::new(fmt, &w, rows, cols).with_scales(
+                coli_kernels::matmul::BlockScales {
+                    scales: &scales,
+                    block_rows: br,
+                    block_cols: bc,
+                },
+            );
+            let mut want = vec![0.0; n_tok * rows];
+            coli_kernels::matmul::matmul_reference(&m, &xs, n_tok, &mut want);
+            for &isa in &isas {
+                let mut got = vec![0.0; n_tok * rows];
+                coli_kernels::matmul::matmul_isa(isa, &m, &xs, n_tok, &mut got);
+                if got
+                    .iter()
+                    .zip(&want)
+                    .any(|(a, b)| a.to_bits() != b.to_bits())
+                {
+                    return Err(format!(
+                        "{fmt:?} scaled {rows}x{cols} {isa:?}: differs from the scalar reference"
+                    ));
+                }
+                mats += 1;
             }
-            mats += 1;
         }
     }
     Ok(format!(
-        "{count} dot products and {mats} FP8 block-scaled matmuls on {isas:?}, all bit-identical to scalar"
+        "{count} dot products and {mats} scaled (FP8, int8, int4) matmuls on {isas:?}, all bit-identical to scalar"
     ))
 }
 

@@ -14,6 +14,10 @@ pub enum DType {
     /// 8-bit float, 4 exponent bits (bias 7), 3 mantissa bits, no infinities
     /// (`float8_e4m3fn`); block-scaled in FP8 checkpoints.
     F8E4M3,
+    /// Signed 8-bit integer (coli int8 containers, with per-row scales).
+    I8,
+    /// Unsigned byte (coli int4 containers pack two 4-bit values per byte).
+    U8,
 }
 
 /// `float8_e4m3fn` → f32 for every byte (exact: every e4m3 value is an f32).
@@ -57,7 +61,7 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::BF16 | DType::F16 => 2,
-            DType::F8E4M3 => 1,
+            DType::F8E4M3 | DType::I8 | DType::U8 => 1,
         }
     }
 
@@ -68,6 +72,8 @@ impl DType {
             DType::BF16 => "BF16",
             DType::F16 => "F16",
             DType::F8E4M3 => "F8_E4M3",
+            DType::I8 => "I8",
+            DType::U8 => "U8",
         }
     }
 
@@ -78,6 +84,8 @@ impl DType {
             "BF16" => Some(DType::BF16),
             "F16" => Some(DType::F16),
             "F8_E4M3" => Some(DType::F8E4M3),
+            "I8" => Some(DType::I8),
+            "U8" => Some(DType::U8),
             _ => None,
         }
     }
@@ -111,6 +119,16 @@ impl DType {
             DType::F8E4M3 => {
                 for (o, &b) in out.iter_mut().zip(bytes) {
                     *o = FP8_E4M3_TABLE[b as usize];
+                }
+            }
+            DType::I8 => {
+                for (o, &b) in out.iter_mut().zip(bytes) {
+                    *o = b as i8 as f32;
+                }
+            }
+            DType::U8 => {
+                for (o, &b) in out.iter_mut().zip(bytes) {
+                    *o = b as f32;
                 }
             }
         }

@@ -26,16 +26,35 @@ pub enum WFormat {
     /// format carry [`crate::matmul::BlockScales`] and are dequantized row by row before the
     /// f32 dot product (see [`crate::matmul`]).
     F8E4M3,
+    /// Signed 8-bit integers (coli containers: one f32 scale per row).
+    I8,
+    /// Signed 4-bit integers stored as `q + 8` in nibbles, even column in the low nibble
+    /// (coli containers: one f32 scale per 64 columns of a row).
+    I4,
 }
 
 impl WFormat {
-    /// Bytes per element.
+    /// Bytes per element (packed formats: per byte-aligned element, 1).
     pub fn size(self) -> usize {
         match self {
             WFormat::F32 => 4,
             WFormat::BF16 | WFormat::F16 => 2,
-            WFormat::F8E4M3 => 1,
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 => 1,
         }
+    }
+
+    /// Bytes of a row of `cols` elements.
+    pub fn row_bytes(self, cols: usize) -> usize {
+        match self {
+            WFormat::I4 => cols.div_ceil(2),
+            f => cols * f.size(),
+        }
+    }
+
+    /// Formats the vector kernels read directly; the others are dequantized to f32 rows
+    /// first (the scalar definition, the same bits).
+    pub fn has_vector_path(self) -> bool {
+        matches!(self, WFormat::F32 | WFormat::BF16 | WFormat::F16)
     }
 
     /// Element `i` of a row, as f32 (exact).
@@ -52,6 +71,12 @@ impl WFormat {
                 half::f16::from_bits(u16::from_le_bytes([row[2 * i], row[2 * i + 1]])).to_f32()
             }
             WFormat::F8E4M3 => coli_core::FP8_E4M3_TABLE[row[i] as usize],
+            WFormat::I8 => row[i] as i8 as f32,
+            WFormat::I4 => {
+                let b = row[i / 2];
+                let nib = if i % 2 == 0 { b & 15 } else { b >> 4 };
+                (nib as i32 - 8) as f32
+            }
         }
     }
 }
@@ -79,7 +104,7 @@ fn tail(fmt: WFormat, row: &[u8], x: &[f32], start: usize, acc: &mut [f32; LANES
 
 /// The reference: the definition of the reduction order, one row.
 pub fn dot_scalar(fmt: WFormat, row: &[u8], x: &[f32]) -> f32 {
-    debug_assert_eq!(row.len(), x.len() * fmt.size());
+    debug_assert_eq!(row.len(), fmt.row_bytes(x.len()));
     let mut acc = [0.0f32; LANES];
     tail(fmt, row, x, 0, &mut acc);
     reduce_lanes(acc)
@@ -108,13 +133,13 @@ pub fn dot_rows_prefetch<const R: usize>(
     for r in rows {
         assert_eq!(
             r.len(),
-            x.len() * fmt.size(),
+            fmt.row_bytes(x.len()),
             "dot: row bytes do not match the activation length"
         );
     }
-    if fmt == WFormat::F8E4M3 {
-        // No vector conversion for FP8 yet: scaled FP8 matrices are dequantized to f32 rows
-        // by the matmul; a bare FP8 dot takes the reference path (same bits by definition).
+    if !fmt.has_vector_path() {
+        // Quantized matrices are dequantized to f32 rows by the matmul; a bare quantized
+        // dot takes the reference path (same bits by definition).
         return rows.map(|r| dot_scalar(fmt, r, x));
     }
     match isa {
@@ -153,11 +178,11 @@ pub fn dot_block<const R: usize, const T: usize>(
     for r in rows {
         assert_eq!(
             r.len(),
-            k * fmt.size(),
+            fmt.row_bytes(k),
             "dot: row bytes do not match the activation length"
         );
     }
-    if fmt == WFormat::F8E4M3 {
+    if !fmt.has_vector_path() {
         return xs.map(|x| rows.map(|r| dot_scalar(fmt, r, x)));
     }
     match isa {
@@ -247,7 +272,9 @@ mod x86 {
         let main = x.len() / LANES * LANES;
         let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
         match fmt {
-            WFormat::F8E4M3 => unreachable!("FP8 rows take the scalar path"),
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 => {
+                unreachable!("quantized rows take the scalar path")
+            }
             WFormat::F32 => {
                 avx2_loop!(next, lines, rows, x, main, acc, |p: *const u8, i: usize| {
                     let p = p.cast::<f32>().add(i);
@@ -308,7 +335,9 @@ mod x86 {
         let main = x.len() / LANES * LANES;
         let mut acc = [_mm512_setzero_ps(); R];
         match fmt {
-            WFormat::F8E4M3 => unreachable!("FP8 rows take the scalar path"),
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 => {
+                unreachable!("quantized rows take the scalar path")
+            }
             WFormat::F32 => {
                 avx512_loop!(next, lines, rows, x, main, acc, |p: *const u8, i: usize| {
                     _mm512_loadu_ps(p.cast::<f32>().add(i))
@@ -341,7 +370,9 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     unsafe fn load16(fmt: WFormat, p: *const u8, i: usize) -> __m512 {
         match fmt {
-            WFormat::F8E4M3 => unreachable!("FP8 rows take the scalar path"),
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 => {
+                unreachable!("quantized rows take the scalar path")
+            }
             WFormat::F32 => _mm512_loadu_ps(p.cast::<f32>().add(i)),
             WFormat::BF16 => {
                 let h = _mm256_loadu_si256(p.add(2 * i).cast());
@@ -388,7 +419,9 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn load8x2(fmt: WFormat, p: *const u8, i: usize) -> (__m256, __m256) {
         match fmt {
-            WFormat::F8E4M3 => unreachable!("FP8 rows take the scalar path"),
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 => {
+                unreachable!("quantized rows take the scalar path")
+            }
             WFormat::F32 => {
                 let p = p.cast::<f32>().add(i);
                 (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
@@ -457,6 +490,8 @@ mod tests {
                         d(a).total_cmp(&d(b))
                     })
                     .unwrap()],
+                WFormat::I8 => vec![(x.round().clamp(-128.0, 127.0) as i8) as u8],
+                WFormat::I4 => unreachable!("packed: two elements per byte"),
             })
             .collect()
     }

@@ -36,7 +36,7 @@ thread_local! {
 pub struct MatRef<'a> {
     /// Element format.
     pub fmt: WFormat,
-    /// `rows * cols * fmt.size()` little-endian bytes.
+    /// `rows * fmt.row_bytes(cols)` little-endian bytes.
     pub bytes: &'a [u8],
     /// Output dimension.
     pub rows: usize,
@@ -51,7 +51,7 @@ impl<'a> MatRef<'a> {
     pub fn new(fmt: WFormat, bytes: &'a [u8], rows: usize, cols: usize) -> MatRef<'a> {
         assert_eq!(
             bytes.len(),
-            rows * cols * fmt.size(),
+            rows * fmt.row_bytes(cols),
             "MatRef: {rows}x{cols} {fmt:?} vs {} bytes",
             bytes.len()
         );
@@ -95,14 +95,7 @@ impl<'a> MatRef<'a> {
             Some(s) => {
                 let cb = self.cols.div_ceil(s.block_cols);
                 let scales = &s.scales[(r / s.block_rows) * cb..][..cb];
-                for (chunk, (b, &scale)) in
-                    out.chunks_mut(s.block_cols).zip(scales.iter().enumerate())
-                {
-                    let c0 = b * s.block_cols;
-                    for (j, o) in chunk.iter_mut().enumerate() {
-                        *o = self.fmt.load(row, c0 + j) * scale;
-                    }
-                }
+                crate::dequant::dequant_scaled(self.fmt, row, scales, s.block_cols, out);
             }
         }
     }
@@ -126,7 +119,7 @@ impl<'a> MatRef<'a> {
     /// Row `r`'s bytes.
     #[inline]
     pub fn row(&self, r: usize) -> &'a [u8] {
-        let w = self.cols * self.fmt.size();
+        let w = self.fmt.row_bytes(self.cols);
         &self.bytes[r * w..(r + 1) * w]
     }
 }
@@ -225,7 +218,7 @@ fn rows_block_strided(
             t += 2;
         }
         // The next block of rows, prefetched while these are computed (the decode path).
-        let w = k * m.fmt.size();
+        let w = m.fmt.row_bytes(k);
         let next = &m.bytes[((r + 4) * w).min(r1 * w)..((r + 8) * w).min(r1 * w)];
         while t < n_tok {
             let v = dot_rows_prefetch(isa, m.fmt, rows, x(t), next);
@@ -375,24 +368,26 @@ mod tests {
             }
         }
 
-        /// FP8 with block scales (partial edge blocks): batched, parallel, SIMD == the scalar
-        /// reference on the dequantized rows, == a plain f32 matrix holding the dequantized
-        /// values; one row at a time (`dot_row`) too.
+        /// Scaled formats (FP8, int8, int4) with block scales and partial edge blocks:
+        /// batched, parallel, SIMD == the scalar reference on the dequantized rows == a plain
+        /// f32 matrix holding the dequantized values; one row at a time (`dot_row`) too.
         #[test]
-        fn fp8_block_scaled_matmul_equals_reference(rows in 1usize..70, cols in 1usize..90, n_tok in 1usize..5, br in 1usize..40, bc in 1usize..50, seed in any::<u64>(), threads in 1usize..3) {
+        fn scaled_matmul_equals_reference(fmt_i in 0usize..3, rows in 1usize..70, cols in 1usize..90, n_tok in 1usize..5, br in 1usize..40, bc in 1usize..50, seed in any::<u64>(), threads in 1usize..3) {
+            let fmt = [WFormat::F8E4M3, WFormat::I8, WFormat::I4][fmt_i];
             let mut s = seed | 1;
             let mut next = move || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
-            // Any byte but the NaN encodings.
-            let w: Vec<u8> = (0..rows * cols).map(|_| { let b = (next() >> 32) as u8; if b & 0x7F == 0x7F { b ^ 1 } else { b } }).collect();
+            let rb = fmt.row_bytes(cols);
+            // Any byte but FP8's NaN encodings.
+            let w: Vec<u8> = (0..rows * rb).map(|_| { let b = (next() >> 32) as u8; if fmt == WFormat::F8E4M3 && b & 0x7F == 0x7F { b ^ 1 } else { b } }).collect();
             let scales: Vec<f32> = (0..rows.div_ceil(br) * cols.div_ceil(bc)).map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 + 0.01) * 0.01).collect();
             let xs: Vec<f32> = (0..n_tok * cols).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
-            let m = MatRef::new(WFormat::F8E4M3, &w, rows, cols).with_scales(BlockScales { scales: &scales, block_rows: br, block_cols: bc });
+            let m = MatRef::new(fmt, &w, rows, cols).with_scales(BlockScales { scales: &scales, block_rows: br, block_cols: bc });
             let mut want = vec![0.0; n_tok * rows];
             matmul_reference(&m, &xs, n_tok, &mut want);
             // The same values stored as f32: the format's definition.
             let deq: Vec<f32> = (0..rows * cols).map(|i| {
                 let (r, c) = (i / cols, i % cols);
-                coli_core::FP8_E4M3_TABLE[w[i] as usize] * scales[(r / br) * cols.div_ceil(bc) + c / bc]
+                fmt.load(&w[r * rb..(r + 1) * rb], c) * scales[(r / br) * cols.div_ceil(bc) + c / bc]
             }).collect();
             let plain = MatRef::new(WFormat::F32, bytemuck_f32(&deq), rows, cols);
             let mut want_plain = vec![0.0; n_tok * rows];

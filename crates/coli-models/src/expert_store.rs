@@ -844,20 +844,7 @@ impl Transformer {
 
     /// Copies every routed expert into resident memory (no store, no streaming).
     pub fn make_experts_resident(&mut self) -> Result<()> {
-        let mut linears: Vec<&mut Linear> = Vec::new();
-        for l in &mut self.layers {
-            if let Ffn::Moe(moe) = &mut l.ffn {
-                for m in &mut moe.experts {
-                    linears.extend([&mut m.gate_proj, &mut m.up_proj, &mut m.down_proj]);
-                }
-            }
-        }
-        let views: Vec<coli_core::TensorView> = linears.iter().map(|l| l.view().clone()).collect();
-        let resident = coli_core::make_resident(&views.iter().collect::<Vec<_>>())?;
-        for (l, v) in linears.iter_mut().zip(resident) {
-            l.set_view(v);
-        }
-        Ok(())
+        self.copy_resident(true)
     }
 
     /// Applies a placement: builds the expert store (or makes experts resident for

@@ -7,13 +7,18 @@ use coli_kernels::{MatRef, WFormat};
 
 use crate::error::Result;
 
-/// The kernel format of a stored dtype.
+/// Columns per scale in coli's int4 containers.
+pub const INT4_GROUP: usize = 64;
+
+/// The kernel format of a stored dtype (`U8` weights are coli's packed int4).
 pub fn wformat(d: DType) -> WFormat {
     match d {
         DType::F32 => WFormat::F32,
         DType::BF16 => WFormat::BF16,
         DType::F16 => WFormat::F16,
         DType::F8E4M3 => WFormat::F8E4M3,
+        DType::I8 => WFormat::I8,
+        DType::U8 => WFormat::I4,
     }
 }
 
@@ -54,39 +59,53 @@ impl Scales {
 }
 
 impl Linear {
-    /// Loads `name` (the full tensor name), checking shape `[rows, cols]`. An FP8 weight
-    /// brings its `{name}_scale_inv` block scales (`quantization_config.weight_block_size`);
-    /// the weight itself stays FP8 and is dequantized by the kernels as they read it.
+    /// Loads `name` (the full tensor name), checking shape `[rows, cols]`. Quantized
+    /// weights stay quantized and bring their scales, read once here; the kernels
+    /// dequantize as they read:
+    /// * FP8 (`F8_E4M3`): `{name}_scale_inv` per `quantization_config.weight_block_size` block;
+    /// * coli int8 (`I8`): `{name}_scale`, `[rows, 1]`, one per row;
+    /// * coli int4 (`U8`, `[rows, ceil(cols / 2)]`, two per byte): `{name}_scale`,
+    ///   `[rows, ceil(cols / 64)]`, one per 64 columns.
     pub fn load(dir: &ModelDir, name: &str, rows: usize, cols: usize) -> Result<Linear> {
-        let view = dir.tensor_shaped(name, &[rows, cols])?;
+        let view = dir.tensor(name)?;
         let dtype = view.dtype()?;
-        let scales = if dtype == DType::F8E4M3 {
-            let (br, bc) = dir.config.fp8_block_size()?.ok_or_else(|| {
-                dir.config.error(
-                    "quantization_config",
-                    format!("{name} is FP8 but the config has no weight_block_size"),
-                )
-            })?;
-            let scale_name = format!("{name}_scale_inv");
-            let s = dir.tensor_shaped(&scale_name, &[rows.div_ceil(br), cols.div_ceil(bc)])?;
-            let values = s.to_f32_vec()?;
-            if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
-                return Err(crate::error::ModelError::BadTensor {
-                    name: scale_name,
-                    msg: format!("scale {bad} is not finite"),
-                });
+        let fmt = wformat(dtype);
+        view.expect_shape(&[rows, fmt.row_bytes(cols) / fmt.size()])?;
+        let (scale_name, block) = match dtype {
+            DType::F8E4M3 => {
+                let b = dir.config.fp8_block_size()?.ok_or_else(|| {
+                    dir.config.error(
+                        "quantization_config",
+                        format!("{name} is FP8 but the config has no weight_block_size"),
+                    )
+                })?;
+                (format!("{name}_scale_inv"), Some(b))
             }
-            Some(Scales {
-                values: values.into(),
-                block_rows: br,
-                block_cols: bc,
-            })
-        } else {
-            None
+            DType::I8 => (format!("{name}_scale"), Some((1, cols))),
+            DType::U8 => (format!("{name}_scale"), Some((1, INT4_GROUP))),
+            _ => (String::new(), None),
+        };
+        let scales = match block {
+            None => None,
+            Some((br, bc)) => {
+                let s = dir.tensor_shaped(&scale_name, &[rows.div_ceil(br), cols.div_ceil(bc)])?;
+                let values = s.to_f32_vec()?;
+                if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
+                    return Err(crate::error::ModelError::BadTensor {
+                        name: scale_name,
+                        msg: format!("scale {bad} is not finite"),
+                    });
+                }
+                Some(Scales {
+                    values: values.into(),
+                    block_rows: br,
+                    block_cols: bc,
+                })
+            }
         };
         Ok(Linear {
             view,
-            fmt: wformat(dtype),
+            fmt,
             rows,
             cols,
             bias: None,

@@ -1,0 +1,133 @@
+//! Dequantization of one row of a scaled format to f32: element `c` becomes
+//! `stored(c) * scale[c / block_cols]`, one exact conversion and one f32 multiplication.
+//! Elementwise, so every instruction set gives the same bits; the wider paths are the
+//! same code compiled with more vector features (selected at run time).
+
+use crate::cpu::{self, Isa};
+use crate::dot::WFormat;
+
+#[inline(always)]
+fn dequant_generic(fmt: WFormat, row: &[u8], scales: &[f32], block: usize, out: &mut [f32]) {
+    match fmt {
+        WFormat::I8 => {
+            for (b, (chunk, &s)) in out.chunks_mut(block).zip(scales).enumerate() {
+                let q = &row[b * block..b * block + chunk.len()];
+                for (o, &v) in chunk.iter_mut().zip(q) {
+                    *o = (v as i8) as f32 * s;
+                }
+            }
+        }
+        WFormat::I4 => {
+            for (b, (chunk, &s)) in out.chunks_mut(block).zip(scales).enumerate() {
+                let c0 = b * block;
+                if c0 % 2 == 0 {
+                    // Whole bytes: low nibble then high nibble.
+                    let bytes = &row[c0 / 2..(c0 + chunk.len()).div_ceil(2)];
+                    let mut pairs = chunk.chunks_exact_mut(2);
+                    for (pair, &byte) in (&mut pairs).zip(bytes) {
+                        pair[0] = ((byte & 15) as i32 - 8) as f32 * s;
+                        pair[1] = ((byte >> 4) as i32 - 8) as f32 * s;
+                    }
+                    if let [last] = pairs.into_remainder() {
+                        *last = ((bytes[bytes.len() - 1] & 15) as i32 - 8) as f32 * s;
+                    }
+                } else {
+                    for (j, o) in chunk.iter_mut().enumerate() {
+                        *o = fmt.load(row, c0 + j) * s;
+                    }
+                }
+            }
+        }
+        _ => {
+            for (b, (chunk, &s)) in out.chunks_mut(block).zip(scales).enumerate() {
+                let c0 = b * block;
+                for (j, o) in chunk.iter_mut().enumerate() {
+                    *o = fmt.load(row, c0 + j) * s;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+unsafe fn dequant_avx512(fmt: WFormat, row: &[u8], scales: &[f32], block: usize, out: &mut [f32]) {
+    dequant_generic(fmt, row, scales, block, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dequant_avx2(fmt: WFormat, row: &[u8], scales: &[f32], block: usize, out: &mut [f32]) {
+    dequant_generic(fmt, row, scales, block, out)
+}
+
+/// Dequantizes one row on the given instruction set.
+pub fn dequant_scaled_isa(
+    isa: Isa,
+    fmt: WFormat,
+    row: &[u8],
+    scales: &[f32],
+    block: usize,
+    out: &mut [f32],
+) {
+    assert_eq!(
+        scales.len(),
+        out.len().div_ceil(block),
+        "one scale per block"
+    );
+    assert_eq!(row.len(), fmt.row_bytes(out.len()), "row bytes");
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            assert!(cpu::supports(Isa::Avx512));
+            // SAFETY: the CPU supports the features (checked); lengths checked above.
+            unsafe { dequant_avx512(fmt, row, scales, block, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            assert!(cpu::supports(Isa::Avx2));
+            // SAFETY: as above.
+            unsafe { dequant_avx2(fmt, row, scales, block, out) }
+        }
+        _ => dequant_generic(fmt, row, scales, block, out),
+    }
+}
+
+/// Dequantizes one row on the best instruction set.
+pub fn dequant_scaled(fmt: WFormat, row: &[u8], scales: &[f32], block: usize, out: &mut [f32]) {
+    dequant_scaled_isa(cpu::best(), fmt, row, scales, block, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Every ISA gives the elementwise definition `load(c) * scale[c / block]`, bit for bit.
+        #[test]
+        fn every_isa_equals_the_definition(cols in 1usize..300, block in 1usize..130, seed in any::<u64>()) {
+            let mut s = seed | 1;
+            let mut next = move || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
+            for fmt in [WFormat::I8, WFormat::I4, WFormat::F8E4M3, WFormat::BF16] {
+                let row: Vec<u8> = (0..fmt.row_bytes(cols)).map(|_| { let b = (next() >> 24) as u8; if fmt == WFormat::F8E4M3 && b & 0x7F == 0x7F { 0 } else { b } }).collect();
+                let scales: Vec<f32> = (0..cols.div_ceil(block)).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 * 0.1).collect();
+                let want: Vec<u32> = (0..cols).map(|c| (fmt.load(&row, c) * scales[c / block]).to_bits()).collect();
+                for isa in cpu::available() {
+                    let mut out = vec![0.0; cols];
+                    dequant_scaled_isa(isa, fmt, &row, &scales, block, &mut out);
+                    prop_assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.clone(), "{:?} {:?}", fmt, isa);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn int4_nibbles_are_offset_by_eight_low_first() {
+        // Byte 0x9F: low nibble 15 -> 7, high nibble 9 -> 1.
+        assert_eq!(WFormat::I4.load(&[0x9F], 0), 7.0);
+        assert_eq!(WFormat::I4.load(&[0x9F], 1), 1.0);
+        assert_eq!(WFormat::I4.load(&[0x00], 0), -8.0);
+        assert_eq!(WFormat::I8.load(&[0xFF], 0), -1.0);
+    }
+}
