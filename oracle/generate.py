@@ -9,6 +9,7 @@ with `save_pretrained`, plus reference ids and f32 logits computed by
     pip install -r oracle/requirements.txt
     python oracle/generate.py tiny [NAME..] # tests/fixtures/<name>/
     python oracle/generate.py tiny5         # GLM-5 fixtures, under oracle/requirements-tf5.txt
+    python oracle/generate.py container DIR SEED  # reference for a `coli convert` output
     python oracle/generate.py demo DIR      # tests/fixtures/demo/reference.json from coli's imported demo model
 
 Outputs are committed; the tests need no Python.
@@ -324,6 +325,58 @@ def tiny5():
           mtp=True, shard="100KB", **dsa, **common)
 
 
+def dequantize_container(d):
+    """A coli container's weights as f32, dequantized by the format's definition (int8: q *
+    row scale; int4: (nibble - 8) * scale of its 64-column group, even column in the low
+    nibble) -- written here independently of coli's Rust code."""
+    from safetensors.torch import load_file
+    import glob
+    raw = {}
+    for f in sorted(glob.glob(os.path.join(d, "*.safetensors"))):
+        raw.update(load_file(f))
+    out = {}
+    for name, t in raw.items():
+        if name.endswith("_scale"):
+            continue
+        s = raw.get(name + "_scale")
+        if t.dtype == torch.int8:
+            w = t.float() * s.float()[:, :1]
+        elif t.dtype == torch.uint8:
+            rows, rb = t.shape
+            q = torch.empty((rows, 2 * rb), dtype=torch.int32)
+            q[:, 0::2] = (t & 15).int()
+            q[:, 1::2] = (t >> 4).int()
+            cols = min(s.shape[1] * 64, 2 * rb)
+            scale = s.float().repeat_interleave(64, dim=1)
+            w = (q - 8).float()[:, :cols] * scale[:, :cols]
+        else:
+            w = t.float()
+        out[name] = w.contiguous()
+    return out
+
+
+def container(d, seed):
+    """Reference for a coli container: transformers on its dequantized weights."""
+    cfg = AutoConfig.from_pretrained(d)
+    cfg._attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    sd = dequantize_container(d)
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [m for m in missing if not m.endswith("e_score_correction_bias")]
+    assert not missing and not unexpected, (missing, unexpected)
+    if cfg.tie_word_embeddings:
+        model.tie_weights()
+    ref, logits = reference(model, cfg.vocab_size, seed)
+    logits.tofile(os.path.join(d, "logits.bin"))
+    ref["name"] = os.path.basename(d.rstrip("/"))
+    ref["transformers"] = transformers.__version__
+    ref["torch"] = torch.__version__
+    ref["dequantized_from"] = "coli container (int8 per-row / int4 g64)"
+    with open(os.path.join(d, "reference.json"), "w") as f:
+        json.dump(ref, f)
+    print(ref["name"], "greedy", ref["greedy"][:8])
+
+
 def demo(model_dir):
     """Reference for the demo model: transformers on coli's imported bf16 weights (f32 compute)."""
     from transformers import AutoTokenizer
@@ -382,5 +435,7 @@ if __name__ == "__main__":
         tiny()
     elif sys.argv[1] == "tiny5":
         tiny5()
+    elif sys.argv[1] == "container":
+        container(sys.argv[2], int(sys.argv[3]))
     elif sys.argv[1] == "demo":
         demo(sys.argv[2])

@@ -30,6 +30,8 @@ pub const TINY_FIXTURES: &[&str] = &[
     "glm4_moe_group_mtp",
     "deepseek_v3_fp8_b128",
     "glm4_moe_fp8_b32",
+    "olmoe_int4_container",
+    "deepseek_v3_int8_container",
     "glm5_dsa_full",
     "glm5_dsa_shared_group_yarn",
 ];

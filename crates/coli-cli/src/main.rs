@@ -32,6 +32,28 @@ enum Command {
     Info(InfoArgs),
     /// Convert a Llama-architecture GGUF file into a model directory (bf16 safetensors).
     ImportGguf(ImportArgs),
+    /// Write a quantized container: experts int4/int8/bf16, dense bf16/int8, each expert's
+    /// matrices adjacent (one read per expert).
+    Convert(ConvertArgs),
+}
+
+#[derive(Args)]
+struct ConvertArgs {
+    /// Source model directory.
+    #[arg(long)]
+    model: PathBuf,
+    /// Output directory (must not exist).
+    #[arg(long)]
+    out: PathBuf,
+    /// Precision of the routed experts.
+    #[arg(long, value_name = "int4|int8|bf16", default_value = "int8")]
+    experts: String,
+    /// Precision of the dense matrices.
+    #[arg(long, value_name = "bf16|int8", default_value = "bf16")]
+    dense: String,
+    /// Shard size in GB.
+    #[arg(long, default_value_t = 4.0)]
+    shard_gb: f64,
 }
 
 #[derive(Args)]
@@ -201,6 +223,7 @@ fn main() -> ExitCode {
             Command::Run(a) => cmd_run(a),
             Command::Eval(a) => cmd_eval(a),
             Command::Info(a) => cmd_info(a),
+            Command::Convert(a) => cmd_convert(a),
             Command::ImportGguf(a) => {
                 coli_models::gguf_import::import_gguf(&a.gguf, &a.out, progress_bar("import"))
                     .map_err(|e| e.to_string())
@@ -452,6 +475,36 @@ fn cmd_eval(a: EvalArgs) -> Result<(), String> {
     } else {
         println!("tf_pred: {tf_pred:?}\nnll: {nll:.6}");
     }
+    Ok(())
+}
+
+fn cmd_convert(a: ConvertArgs) -> Result<(), String> {
+    use coli_models::convert::{convert, ConvertOptions, Target};
+    let experts = Target::parse(&a.experts)
+        .ok_or_else(|| format!("--experts takes int4, int8 or bf16, got {:?}", a.experts))?;
+    let dense = match Target::parse(&a.dense) {
+        Some(t @ (Target::Bf16 | Target::Int8)) => t,
+        _ => return Err(format!("--dense takes bf16 or int8, got {:?}", a.dense)),
+    };
+    if !(a.shard_gb.is_finite() && a.shard_gb > 0.0) {
+        return Err(format!("--shard-gb must be positive, got {}", a.shard_gb));
+    }
+    let opts = ConvertOptions {
+        experts,
+        dense,
+        shard_bytes: (a.shard_gb * GB) as u64,
+    };
+    let mut bar = progress_bar("convert (%)");
+    let mut shown = None;
+    convert(&a.model, &a.out, &opts, |done, total| {
+        let pct = (done * 100 / total.max(1)) as usize;
+        if shown != Some(pct) {
+            shown = Some(pct);
+            bar(pct, 100);
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    eprintln!("converted {} -> {}", a.model.display(), a.out.display());
     Ok(())
 }
 

@@ -1,0 +1,451 @@
+//! `coli convert`: a model directory → a quantized container in the safetensors layout.
+//!
+//! Routed experts become int8 (one f32 scale per row, `{name}_scale` `[rows, 1]`), int4
+//! (values `q + 8` in nibbles, even column low, one scale per 64 columns of a row,
+//! `{name}_scale` `[rows, ceil(cols / 64)]`) or bf16; dense matrices bf16 or int8. Embeddings,
+//! the output head, routers and every vector keep their stored precision. Each source
+//! matrix is dequantized exactly (any supported format, FP8 included) before quantizing.
+//!
+//! Each expert's gate, up and down (with their scales) are stored next to each other, so
+//! the expert store fetches an expert with one read. Every shard carries the stamp
+//! `coli.format` in its metadata. The whole container is written into a temporary sibling
+//! directory, each file atomically, and renamed into place at the end: an interrupted or
+//! failed convert never leaves a partial `OUT`. An existing `OUT` is refused.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use coli_core::write::{write_atomic, write_safetensors, TensorData};
+use coli_core::{DType, ModelDir};
+
+use crate::decoder::LinearRole;
+use crate::error::{ModelError, Result};
+use crate::weights::{Linear, INT4_GROUP};
+
+/// Precision of converted matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// bfloat16.
+    Bf16,
+    /// int8 with one scale per row.
+    Int8,
+    /// int4 with one scale per 64 columns.
+    Int4,
+}
+
+impl Target {
+    /// Parses `bf16`, `int8`, `int4`.
+    pub fn parse(s: &str) -> Option<Target> {
+        match s {
+            "bf16" => Some(Target::Bf16),
+            "int8" => Some(Target::Int8),
+            "int4" => Some(Target::Int4),
+            _ => None,
+        }
+    }
+
+    /// The spelling in the format stamp.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Bf16 => "bf16",
+            Target::Int8 => "int8",
+            Target::Int4 => "int4",
+        }
+    }
+}
+
+/// What to convert to.
+#[derive(Clone, Debug)]
+pub struct ConvertOptions {
+    /// Routed experts.
+    pub experts: Target,
+    /// Dense matrices (attention, dense MLPs, shared experts, indexer).
+    pub dense: Target,
+    /// Start a new shard once one holds this many bytes.
+    pub shard_bytes: u64,
+}
+
+/// The container format version written in `coli.format`.
+pub const FORMAT_VERSION: &str = "1";
+
+/// Quantizes one row to int8: `scale = max|x| / 127` (1 for an all-zero row),
+/// `q = round(x / scale)` clamped to ±127.
+pub fn quantize_int8(row: &[f32], q: &mut [u8]) -> f32 {
+    let amax = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let scale = if amax > 0.0 { amax / 127.0 } else { 1.0 };
+    for (o, &x) in q.iter_mut().zip(row) {
+        *o = ((x / scale).round().clamp(-127.0, 127.0) as i8) as u8;
+    }
+    scale
+}
+
+/// Quantizes one row to int4 in groups of [`INT4_GROUP`]: per group `scale = max|x| / 7`
+/// (1 for an all-zero group), `q = round(x / scale)` clamped to ±7, stored as `q + 8`.
+pub fn quantize_int4(row: &[f32], packed: &mut [u8], scales: &mut [f32]) {
+    packed.fill(0);
+    for (g, (chunk, s)) in row.chunks(INT4_GROUP).zip(scales.iter_mut()).enumerate() {
+        let amax = chunk.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        *s = if amax > 0.0 { amax / 7.0 } else { 1.0 };
+        for (j, &x) in chunk.iter().enumerate() {
+            let q = (x / *s).round().clamp(-7.0, 7.0) as i32 + 8;
+            let c = g * INT4_GROUP + j;
+            packed[c / 2] |= (q as u8) << (4 * (c % 2));
+        }
+    }
+}
+
+/// One converted matrix and its scale tensor, if any.
+fn convert_matrix(
+    m: &coli_kernels::MatRef,
+    name: &str,
+    target: Target,
+) -> Vec<(String, TensorData)> {
+    let (rows, cols) = (m.rows, m.cols);
+    let mut row = vec![0.0f32; cols];
+    match target {
+        Target::Bf16 => {
+            let mut bytes = Vec::with_capacity(rows * cols * 2);
+            for r in 0..rows {
+                m.dequant_row(r, &mut row);
+                for &x in &row {
+                    bytes.extend_from_slice(&half::bf16::from_f32(x).to_bits().to_le_bytes());
+                }
+            }
+            vec![(
+                name.to_string(),
+                TensorData {
+                    dtype: DType::BF16,
+                    shape: vec![rows, cols],
+                    bytes,
+                },
+            )]
+        }
+        Target::Int8 => {
+            let mut q = vec![0u8; rows * cols];
+            let mut scales = Vec::with_capacity(rows * 4);
+            for r in 0..rows {
+                m.dequant_row(r, &mut row);
+                let s = quantize_int8(&row, &mut q[r * cols..(r + 1) * cols]);
+                scales.extend_from_slice(&s.to_le_bytes());
+            }
+            vec![
+                (
+                    name.to_string(),
+                    TensorData {
+                        dtype: DType::I8,
+                        shape: vec![rows, cols],
+                        bytes: q,
+                    },
+                ),
+                (
+                    format!("{name}_scale"),
+                    TensorData {
+                        dtype: DType::F32,
+                        shape: vec![rows, 1],
+                        bytes: scales,
+                    },
+                ),
+            ]
+        }
+        Target::Int4 => {
+            let (rb, groups) = (cols.div_ceil(2), cols.div_ceil(INT4_GROUP));
+            let mut packed = vec![0u8; rows * rb];
+            let mut scales = Vec::with_capacity(rows * groups * 4);
+            let mut s = vec![0.0f32; groups];
+            for r in 0..rows {
+                m.dequant_row(r, &mut row);
+                quantize_int4(&row, &mut packed[r * rb..(r + 1) * rb], &mut s);
+                for v in &s {
+                    scales.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            vec![
+                (
+                    name.to_string(),
+                    TensorData {
+                        dtype: DType::U8,
+                        shape: vec![rows, rb],
+                        bytes: packed,
+                    },
+                ),
+                (
+                    format!("{name}_scale"),
+                    TensorData {
+                        dtype: DType::F32,
+                        shape: vec![rows, groups],
+                        bytes: scales,
+                    },
+                ),
+            ]
+        }
+    }
+}
+
+/// Output bytes of a matrix at a target (scales included).
+fn converted_bytes(rows: usize, cols: usize, t: Target) -> u64 {
+    (match t {
+        Target::Bf16 => rows * cols * 2,
+        Target::Int8 => rows * cols + rows * 4,
+        Target::Int4 => rows * cols.div_ceil(2) + rows * cols.div_ceil(INT4_GROUP) * 4,
+    }) as u64
+}
+
+/// A unit of the output: tensors that must land in the same shard, next to each other.
+struct Unit {
+    /// Source tensor names, with what to do with each.
+    items: Vec<(String, Action)>,
+    bytes: u64,
+}
+
+#[derive(Clone, Copy)]
+enum Action {
+    Copy,
+    Convert(Target),
+}
+
+/// Converts `input` into a new container at `out`, reporting `(bytes done, bytes total)`.
+pub fn convert(
+    input: &Path,
+    out: &Path,
+    opts: &ConvertOptions,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<()> {
+    let fail = |msg: String| ModelError::Import {
+        path: out.to_path_buf(),
+        msg,
+    };
+    if out.exists() {
+        return Err(fail(
+            "already exists; refusing to overwrite (remove it or pick another --out)".into(),
+        ));
+    }
+    let dir = ModelDir::open(input)?;
+    let family = crate::registry::lookup(dir.config.model_type()?)?;
+    let mut model = (family.load)(&dir)?;
+    // Which tensors are matrices, and what they are for.
+    let role_of: HashMap<String, (LinearRole, Linear)> = model
+        .linears_mut()
+        .into_iter()
+        .map(|(role, l)| (l.view().name.clone(), (role, l.clone())))
+        .collect();
+    drop(model);
+    // Units: one per routed expert (its three matrices), one per other tensor; scale
+    // tensors of converted matrices are dropped (the conversion makes its own).
+    let mut dropped: Vec<String> = Vec::new();
+    for (name, (_, l)) in &role_of {
+        if l.scales().is_some() {
+            dropped.push(format!("{name}_scale_inv"));
+            dropped.push(format!("{name}_scale"));
+        }
+    }
+    let mut experts: BTreeMap<(usize, usize), Unit> = BTreeMap::new();
+    let mut others: Vec<Unit> = Vec::new();
+    let mut fp8_left = false;
+    for name in dir.tensor_names() {
+        if dropped.iter().any(|d| d == name) {
+            continue;
+        }
+        let view = dir.tensor(name)?;
+        let (action, bytes) = match role_of.get(name) {
+            Some((role, l)) => {
+                let (rows, cols) = (l.rows, l.cols);
+                let t = match role {
+                    LinearRole::Expert { .. } => Some(opts.experts),
+                    LinearRole::Dense => Some(opts.dense),
+                    _ => None,
+                };
+                match t {
+                    Some(t) => (Action::Convert(t), converted_bytes(rows, cols, t)),
+                    None => (Action::Copy, view.bytes().len() as u64),
+                }
+            }
+            None => (Action::Copy, view.bytes().len() as u64),
+        };
+        if matches!(action, Action::Copy) && view.dtype_name == "F8_E4M3" {
+            fp8_left = true;
+        }
+        match role_of.get(name).map(|r| r.0) {
+            Some(LinearRole::Expert { layer, expert }) => {
+                let u = experts.entry((layer, expert)).or_insert(Unit {
+                    items: Vec::new(),
+                    bytes: 0,
+                });
+                u.items.push((name.to_string(), action));
+                u.bytes += bytes;
+            }
+            _ => others.push(Unit {
+                items: vec![(name.to_string(), action)],
+                bytes,
+            }),
+        }
+    }
+    let units: Vec<Unit> = others.into_iter().chain(experts.into_values()).collect();
+    // Shards: consecutive units up to the byte limit.
+    let mut shards: Vec<Vec<&Unit>> = vec![Vec::new()];
+    let mut in_shard = 0u64;
+    for u in &units {
+        if in_shard > 0 && in_shard + u.bytes > opts.shard_bytes {
+            shards.push(Vec::new());
+            in_shard = 0;
+        }
+        shards.last_mut().expect("one shard").push(u);
+        in_shard += u.bytes;
+    }
+    let total: u64 = units.iter().map(|u| u.bytes).sum();
+    // Everything goes into a sibling temp directory first.
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let base = out
+        .file_name()
+        .ok_or_else(|| fail("needs a directory name".into()))?
+        .to_string_lossy()
+        .into_owned();
+    remove_stale_partials(parent, &base);
+    let tmp = parent.join(format!(".{base}.coli-partial-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).map_err(|e| fail(format!("creating {}: {e}", tmp.display())))?;
+    let result = (|| -> Result<()> {
+        let n = shards.len();
+        let mut weight_map = BTreeMap::new();
+        let mut done = 0u64;
+        let meta: BTreeMap<String, String> = [
+            ("format", "pt"),
+            ("coli.format", FORMAT_VERSION),
+            ("coli.experts", opts.experts.name()),
+            ("coli.dense", opts.dense.name()),
+            ("coli.int4_group_size", "64"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        for (i, shard) in shards.iter().enumerate() {
+            let file = format!("model-{:05}-of-{n:05}.safetensors", i + 1);
+            let mut tensors = BTreeMap::new();
+            for unit in shard {
+                for (name, action) in &unit.items {
+                    let out_tensors = match *action {
+                        Action::Copy => {
+                            let v = dir.tensor(name)?;
+                            let dtype = v.dtype()?;
+                            vec![(
+                                name.clone(),
+                                TensorData {
+                                    dtype,
+                                    shape: v.shape.clone(),
+                                    bytes: v.bytes().to_vec(),
+                                },
+                            )]
+                        }
+                        Action::Convert(t) => {
+                            let (_, l) = &role_of[name];
+                            convert_matrix(&l.mat(), name, t)
+                        }
+                    };
+                    for (k, v) in out_tensors {
+                        weight_map.insert(k.clone(), file.clone());
+                        tensors.insert(k, v);
+                    }
+                }
+                done += unit.bytes;
+                progress(done, total);
+            }
+            write_safetensors(&tmp.join(&file), &tensors, &meta)?;
+        }
+        let index = serde_json::json!({
+            "metadata": {"total_size": total, "coli.format": FORMAT_VERSION},
+            "weight_map": weight_map,
+        });
+        let text = serde_json::to_string_pretty(&index).expect("json");
+        write_atomic(&tmp.join("model.safetensors.index.json"), |w| {
+            use std::io::Write;
+            w.write_all(text.as_bytes())
+        })?;
+        // The other files of the model (config last, adjusted).
+        for e in std::fs::read_dir(input).map_err(|e| fail(format!("{}: {e}", input.display())))? {
+            let e = e.map_err(|e| fail(e.to_string()))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let skip = name.ends_with(".safetensors")
+                || name == "model.safetensors.index.json"
+                || name == "config.json"
+                || name.starts_with('.')
+                || !e.path().is_file();
+            if !skip {
+                let bytes = std::fs::read(e.path()).map_err(|x| fail(format!("{name}: {x}")))?;
+                write_atomic(&tmp.join(&name), |w| {
+                    use std::io::Write;
+                    w.write_all(&bytes)
+                })?;
+            }
+        }
+        let mut cfg = dir.config.value.clone();
+        if !fp8_left {
+            if let Some(o) = cfg.as_object_mut() {
+                o.remove("quantization_config");
+            }
+        }
+        let text = serde_json::to_string_pretty(&cfg).expect("json");
+        write_atomic(&tmp.join("config.json"), |w| {
+            use std::io::Write;
+            w.write_all(text.as_bytes())
+        })?;
+        std::fs::rename(&tmp, out).map_err(|e| fail(format!("renaming into place: {e}")))?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    result
+}
+
+/// Removes `.{base}.coli-partial-PID` directories whose process is gone (an earlier
+/// interrupted convert to the same place).
+fn remove_stale_partials(parent: &Path, base: &str) {
+    let prefix = format!(".{base}.coli-partial-");
+    let Ok(rd) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(pid) = name
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<u32>().ok())
+        {
+            let alive = PathBuf::from(format!("/proc/{pid}")).exists();
+            if !alive {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coli_kernels::WFormat;
+
+    #[test]
+    fn quantizers_round_trip_within_half_a_step() {
+        let row: Vec<f32> = (0..150)
+            .map(|i| ((i * 37) % 101) as f32 / 13.0 - 3.7)
+            .collect();
+        let mut q = vec![0u8; 150];
+        let s = quantize_int8(&row, &mut q);
+        for (i, &x) in row.iter().enumerate() {
+            let back = WFormat::I8.load(&q, i) * s;
+            assert!((back - x).abs() <= s * 0.5 + 1e-6, "{i}: {back} vs {x}");
+        }
+        let mut packed = vec![0u8; 75];
+        let mut scales = vec![0.0f32; 3];
+        quantize_int4(&row, &mut packed, &mut scales);
+        for (i, &x) in row.iter().enumerate() {
+            let s = scales[i / INT4_GROUP];
+            let back = WFormat::I4.load(&packed, i) * s;
+            assert!((back - x).abs() <= s * 0.5 + 1e-6, "{i}: {back} vs {x}");
+        }
+        // All-zero rows survive.
+        let zeros = [0.0f32; 10];
+        assert_eq!(quantize_int8(&zeros, &mut q[..10]), 1.0);
+        assert!(q[..10].iter().all(|&b| b == 0));
+    }
+}

@@ -1,0 +1,130 @@
+//! `coli convert`: deterministic containers (the committed oracle containers are exactly
+//! what the converter writes today), lossless bf16, one read per expert, no overwrite.
+
+use coli_models::convert::{convert, ConvertOptions, Target};
+use coli_models::expert_store::{CacheSize, Placement};
+use coli_tests::{fixtures_dir, placement};
+
+fn opts(experts: Target, dense: Target) -> ConvertOptions {
+    ConvertOptions {
+        experts,
+        dense,
+        shard_bytes: 100_000,
+    }
+}
+
+#[test]
+fn the_committed_containers_are_what_convert_writes() {
+    for (src, container, experts, dense) in [
+        (
+            "olmoe_norm_topk",
+            "olmoe_int4_container",
+            Target::Int4,
+            Target::Int8,
+        ),
+        (
+            "deepseek_v3_fp8_b128",
+            "deepseek_v3_int8_container",
+            Target::Int8,
+            Target::Bf16,
+        ),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("c");
+        convert(
+            &fixtures_dir().join(src),
+            &out,
+            &opts(experts, dense),
+            |_, _| {},
+        )
+        .unwrap();
+        let want = fixtures_dir().join(container);
+        for e in std::fs::read_dir(&out).unwrap() {
+            let name = e.unwrap().file_name();
+            let n = name.to_string_lossy();
+            if n == "reference.json" || n == "logits.bin" {
+                continue;
+            }
+            assert_eq!(
+                std::fs::read(out.join(&name)).unwrap(),
+                std::fs::read(want.join(&name)).unwrap(),
+                "{container}/{n}"
+            );
+        }
+    }
+}
+
+#[test]
+fn bf16_to_bf16_is_lossless_and_every_expert_is_one_read() {
+    let src = fixtures_dir().join("olmoe_gqa_clip");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("c");
+    let mut calls = 0;
+    convert(
+        &src,
+        &out,
+        &opts(Target::Bf16, Target::Bf16),
+        |done, total| {
+            assert!(done <= total);
+            calls += 1;
+        },
+    )
+    .unwrap();
+    assert!(calls > 0);
+    let seq: Vec<u32> = (0..24).map(|i| (i * 37 + 5) % 256).collect();
+    let a = placement::trace(&coli_models::load(&src).unwrap(), &seq, 6).unwrap();
+    let mut m = coli_models::load(&out).unwrap();
+    let b = placement::trace(&m, &seq, 6).unwrap();
+    assert_eq!(
+        a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        b.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
+    for experts in [Target::Int8, Target::Int4] {
+        let out = tmp.path().join(experts.name());
+        convert(&src, &out, &opts(experts, Target::Int8), |_, _| {}).unwrap();
+        m = coli_models::load(&out).unwrap();
+        m.place_experts(
+            &out,
+            &Placement {
+                cache: CacheSize::Slots(1),
+                ..Placement::default()
+            },
+        )
+        .unwrap();
+        let st = m.store.as_ref().unwrap();
+        assert!(
+            st.all_coalesced(),
+            "{experts:?}: an expert needs more than one read"
+        );
+        // The shards say what they are.
+        let shard = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .unwrap();
+        let bytes = std::fs::read(&shard).unwrap();
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+        assert_eq!(header["__metadata__"]["coli.format"], "1");
+        assert_eq!(header["__metadata__"]["coli.experts"], experts.name());
+    }
+}
+
+#[test]
+fn an_existing_output_is_refused_and_left_alone() {
+    let src = fixtures_dir().join("olmoe_gqa_clip");
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("keep"), b"mine").unwrap();
+    let err = convert(
+        &src,
+        tmp.path(),
+        &opts(Target::Int8, Target::Bf16),
+        |_, _| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("refusing to overwrite"), "{err}");
+    assert_eq!(std::fs::read(tmp.path().join("keep")).unwrap(), b"mine");
+    let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert_eq!(names.len(), 1);
+}
