@@ -20,7 +20,7 @@ fn dequant_generic(fmt: WFormat, row: &[u8], scales: &[f32], block: usize, out: 
         WFormat::I4 => {
             for (b, (chunk, &s)) in out.chunks_mut(block).zip(scales).enumerate() {
                 let c0 = b * block;
-                if c0 % 2 == 0 {
+                if c0.is_multiple_of(2) {
                     // Whole bytes: low nibble then high nibble.
                     let bytes = &row[c0 / 2..(c0 + chunk.len()).div_ceil(2)];
                     let mut pairs = chunk.chunks_exact_mut(2);

@@ -74,7 +74,7 @@ impl WFormat {
             WFormat::I8 => row[i] as i8 as f32,
             WFormat::I4 => {
                 let b = row[i / 2];
-                let nib = if i % 2 == 0 { b & 15 } else { b >> 4 };
+                let nib = if i.is_multiple_of(2) { b & 15 } else { b >> 4 };
                 (nib as i32 - 8) as f32
             }
         }
