@@ -277,6 +277,8 @@ pub mod checks {
     }
 }
 
+pub mod synthetic;
+
 /// Placement invariance: the expert store never changes a bit.
 pub mod placement {
     use std::path::Path;

@@ -142,3 +142,20 @@ fn a_shard_truncated_mid_run_is_a_clear_error() {
         }
     }
 }
+
+/// The same matrix on synthetic models (random weights, more experts and layers than the
+/// fixtures), bf16 experts and int8 containers.
+#[test]
+fn every_placement_gives_the_same_bits_on_synthetic_models() {
+    for int8_experts in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = coli_tests::synthetic::OlmoeSpec {
+            int8_experts,
+            ..coli_tests::synthetic::OlmoeSpec::small()
+        };
+        coli_tests::synthetic::write_olmoe(tmp.path(), &spec, |_, _| {}).unwrap();
+        let seq: Vec<u32> = (0..20).map(|i| (i * 131 + 7) % 512).collect();
+        let n = placement::check(tmp.path(), &seq).unwrap();
+        assert_eq!(n, 34);
+    }
+}

@@ -21,9 +21,55 @@ fn main() -> ExitCode {
     match task.as_str() {
         "verify" => verify(),
         "test" => test(),
+        "synth" => synth(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask verify | test");
+            eprintln!("usage: cargo xtask verify | test | synth OUT [olmoe|small] [bf16|int8]");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// Writes a synthetic model (random weights, real names and config) for benchmarks.
+fn synth(args: &[String]) -> ExitCode {
+    use coli_tests::synthetic::{write_olmoe, OlmoeSpec};
+    let Some(out) = args.first() else {
+        eprintln!("usage: cargo xtask synth OUT [olmoe|small] [bf16|int8]");
+        return ExitCode::from(2);
+    };
+    let mut spec = match args.get(1).map(String::as_str) {
+        None | Some("olmoe") => OlmoeSpec::olmoe_geometry(),
+        Some("small") => OlmoeSpec::small(),
+        Some(other) => {
+            eprintln!("unknown geometry {other:?} (olmoe, small)");
+            return ExitCode::from(2);
+        }
+    };
+    match args.get(2).map(String::as_str) {
+        None => {}
+        Some("int8") => spec.int8_experts = true,
+        Some("bf16") => spec.int8_experts = false,
+        Some(other) => {
+            eprintln!("unknown expert format {other:?} (bf16, int8)");
+            return ExitCode::from(2);
+        }
+    }
+    let path = std::path::Path::new(out);
+    if path.exists() {
+        eprintln!("{out} exists; refusing to overwrite");
+        return ExitCode::from(2);
+    }
+    let t0 = Instant::now();
+    match write_olmoe(path, &spec, |d, n| eprint!("\rsynth: layer {d}/{n}")) {
+        Ok(()) => {
+            eprintln!(
+                "\nsynth: {spec:?} -> {out} in {:.1}s",
+                t0.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("\nsynth: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -584,3 +584,97 @@ fn expert_placement_flags_stats_and_usage_history() {
         expect_error(&args, needle);
     }
 }
+
+/// `coli convert` killed mid-way leaves no OUT at all (shards go to a partial sibling
+/// directory first); the next convert to the same place clears the leftovers and succeeds.
+#[test]
+fn an_interrupted_convert_leaves_no_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    let spec = coli_tests::synthetic::OlmoeSpec {
+        layers: 12,
+        experts: 32,
+        hidden: 256,
+        inter: 512,
+        ..coli_tests::synthetic::OlmoeSpec::small()
+    };
+    coli_tests::synthetic::write_olmoe(&src, &spec, |_, _| {}).unwrap();
+    let out = tmp.path().join("out");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_coli"))
+        .args([
+            "convert",
+            "--model",
+            path_str(&src),
+            "--out",
+            path_str(&out),
+        ])
+        .args(["--experts", "int4", "--shard-gb", "0.005"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let partial = tmp.path().join(format!(".out.coli-partial-{}", child.id()));
+    let t0 = std::time::Instant::now();
+    loop {
+        let shards = std::fs::read_dir(&partial)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("model-"))
+                    .count()
+            })
+            .unwrap_or(0);
+        if shards > 0 {
+            break;
+        }
+        assert!(t0.elapsed().as_secs() < 60, "no shard appeared");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "convert finished before the kill"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!out.exists(), "a killed convert left {}", out.display());
+    assert!(partial.exists());
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_coli"))
+        .args([
+            "convert",
+            "--model",
+            path_str(&src),
+            "--out",
+            path_str(&out),
+        ])
+        .args(["--experts", "int4", "--shard-gb", "0.05"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(
+        !partial.exists(),
+        "the stale partial directory was not cleared"
+    );
+    assert!(out.join("config.json").is_file());
+    // It loads and runs like any checkpoint.
+    let o = coli(&[
+        "run",
+        "--model",
+        path_str(&out),
+        "--prompt-ids",
+        "1,2,3",
+        "--max-tokens",
+        "3",
+        "--no-usage",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // And refuses to write over it.
+    expect_error(
+        &[
+            "convert",
+            "--model",
+            path_str(&src),
+            "--out",
+            path_str(&out),
+        ],
+        "refusing to overwrite",
+    );
+}

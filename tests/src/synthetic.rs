@@ -1,0 +1,257 @@
+//! Synthetic models with the real tensor names and config of a family and random weights
+//! (1/sqrt(fan_in) scale), written at test or bench time — never committed. Routed experts
+//! can be written directly as coli int8 containers (what `coli convert --experts int8`
+//! produces), so a multi-GB streaming benchmark model takes one pass to make.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use coli_core::write::{write_atomic, write_safetensors, TensorData};
+use coli_core::DType;
+
+/// Shape of a synthetic OLMoE-architecture model.
+#[derive(Clone, Debug)]
+pub struct OlmoeSpec {
+    /// Decoder layers.
+    pub layers: usize,
+    /// Routed experts per layer.
+    pub experts: usize,
+    /// Experts per token.
+    pub top_k: usize,
+    /// Residual width.
+    pub hidden: usize,
+    /// Expert width.
+    pub inter: usize,
+    /// Attention heads (head_dim = hidden / heads).
+    pub heads: usize,
+    /// Vocabulary.
+    pub vocab: usize,
+    /// Experts stored as coli int8 (per-row scales) instead of bf16.
+    pub int8_experts: bool,
+    /// Seed of the weights.
+    pub seed: u64,
+}
+
+impl OlmoeSpec {
+    /// OLMoE-1B-7B's geometry (16 layers, 64 experts, top-8, hidden 2048, experts 1024
+    /// wide), int8 experts: about 6.4 GB of experts.
+    pub fn olmoe_geometry() -> OlmoeSpec {
+        OlmoeSpec {
+            layers: 16,
+            experts: 64,
+            top_k: 8,
+            hidden: 2048,
+            inter: 1024,
+            heads: 16,
+            vocab: 50304,
+            int8_experts: true,
+            seed: 1,
+        }
+    }
+
+    /// A small one for tests.
+    pub fn small() -> OlmoeSpec {
+        OlmoeSpec {
+            layers: 4,
+            experts: 16,
+            top_k: 4,
+            hidden: 128,
+            inter: 96,
+            heads: 4,
+            vocab: 512,
+            int8_experts: false,
+            seed: 7,
+        }
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+fn bf16_matrix(rng: &mut Rng, rows: usize, cols: usize, gain: f32) -> TensorData {
+    // Uniform with standard deviation gain / sqrt(cols).
+    let a = gain * 3f32.sqrt() / (cols as f32).sqrt();
+    let mut bytes = Vec::with_capacity(rows * cols * 2);
+    for _ in 0..rows * cols {
+        bytes.extend_from_slice(&half::bf16::from_f32(rng.unit() * a).to_bits().to_le_bytes());
+    }
+    TensorData {
+        dtype: DType::BF16,
+        shape: vec![rows, cols],
+        bytes,
+    }
+}
+
+fn norm(rng: &mut Rng, n: usize) -> TensorData {
+    let mut bytes = Vec::with_capacity(n * 2);
+    for _ in 0..n {
+        bytes.extend_from_slice(
+            &half::bf16::from_f32(1.0 + 0.1 * rng.unit())
+                .to_bits()
+                .to_le_bytes(),
+        );
+    }
+    TensorData {
+        dtype: DType::BF16,
+        shape: vec![n],
+        bytes,
+    }
+}
+
+/// Random int8 values with one scale per row: the same distribution as [`bf16_matrix`].
+fn int8_matrix(rng: &mut Rng, rows: usize, cols: usize) -> (TensorData, TensorData) {
+    let a = 3f32.sqrt() / (cols as f32).sqrt();
+    let mut q = vec![0u8; rows * cols];
+    for chunk in q.chunks_mut(8) {
+        let r = rng.next().to_le_bytes();
+        for (o, b) in chunk.iter_mut().zip(r) {
+            // -127..=127
+            *o = ((b as i32 % 255) - 127) as i8 as u8;
+        }
+    }
+    let mut scales = Vec::with_capacity(rows * 4);
+    for _ in 0..rows {
+        scales.extend_from_slice(&(a / 127.0).to_le_bytes());
+    }
+    (
+        TensorData {
+            dtype: DType::I8,
+            shape: vec![rows, cols],
+            bytes: q,
+        },
+        TensorData {
+            dtype: DType::F32,
+            shape: vec![rows, 1],
+            bytes: scales,
+        },
+    )
+}
+
+/// Writes the model into `dir` (created): one shard for the embeddings and head, one per
+/// layer, `model.safetensors.index.json`, `config.json`. Reports `(layers done, layers)`.
+pub fn write_olmoe(
+    dir: &Path,
+    spec: &OlmoeSpec,
+    mut progress: impl FnMut(usize, usize),
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut rng = Rng(spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let (h, n) = (spec.hidden, spec.layers);
+    let shards = n + 1;
+    let mut weight_map = BTreeMap::new();
+    let meta: BTreeMap<String, String> = [("format".to_string(), "pt".to_string())].into();
+    let io = |e: coli_core::CoreError| std::io::Error::other(e.to_string());
+    let mut write = |i: usize, tensors: BTreeMap<String, TensorData>| -> std::io::Result<()> {
+        let file = format!("model-{:05}-of-{shards:05}.safetensors", i + 1);
+        for k in tensors.keys() {
+            weight_map.insert(k.clone(), file.clone());
+        }
+        let mut m = meta.clone();
+        if spec.int8_experts {
+            m.insert("coli.format".into(), "1".into());
+            m.insert("coli.experts".into(), "int8".into());
+        }
+        write_safetensors(&dir.join(file), &tensors, &m).map_err(io)
+    };
+    let mut t = BTreeMap::new();
+    t.insert(
+        "model.embed_tokens.weight".into(),
+        bf16_matrix(&mut rng, spec.vocab, h, (h as f32).sqrt()),
+    );
+    t.insert(
+        "lm_head.weight".into(),
+        bf16_matrix(&mut rng, spec.vocab, h, 4.0),
+    );
+    t.insert("model.norm.weight".into(), norm(&mut rng, h));
+    write(0, t)?;
+    for l in 0..n {
+        let p = format!("model.layers.{l}");
+        let mut t = BTreeMap::new();
+        for w in ["q_proj", "k_proj", "v_proj", "o_proj"] {
+            t.insert(
+                format!("{p}.self_attn.{w}.weight"),
+                bf16_matrix(&mut rng, h, h, 1.0),
+            );
+        }
+        t.insert(format!("{p}.self_attn.q_norm.weight"), norm(&mut rng, h));
+        t.insert(format!("{p}.self_attn.k_norm.weight"), norm(&mut rng, h));
+        t.insert(format!("{p}.input_layernorm.weight"), norm(&mut rng, h));
+        t.insert(
+            format!("{p}.post_attention_layernorm.weight"),
+            norm(&mut rng, h),
+        );
+        t.insert(
+            format!("{p}.mlp.gate.weight"),
+            bf16_matrix(&mut rng, spec.experts, h, 1.0),
+        );
+        for e in 0..spec.experts {
+            for (w, rows, cols) in [
+                ("gate_proj", spec.inter, h),
+                ("up_proj", spec.inter, h),
+                ("down_proj", h, spec.inter),
+            ] {
+                let name = format!("{p}.mlp.experts.{e}.{w}.weight");
+                if spec.int8_experts {
+                    let (q, s) = int8_matrix(&mut rng, rows, cols);
+                    t.insert(format!("{name}_scale"), s);
+                    t.insert(name, q);
+                } else {
+                    t.insert(name, bf16_matrix(&mut rng, rows, cols, 1.0));
+                }
+            }
+        }
+        write(l + 1, t)?;
+        progress(l + 1, n);
+    }
+    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+    write_atomic(&dir.join("model.safetensors.index.json"), |w| {
+        use std::io::Write;
+        w.write_all(
+            serde_json::to_string_pretty(&index)
+                .expect("json")
+                .as_bytes(),
+        )
+    })
+    .map_err(io)?;
+    let config = serde_json::json!({
+        "architectures": ["OlmoeForCausalLM"],
+        "model_type": "olmoe",
+        "vocab_size": spec.vocab,
+        "hidden_size": h,
+        "intermediate_size": spec.inter,
+        "num_hidden_layers": n,
+        "num_attention_heads": spec.heads,
+        "num_key_value_heads": spec.heads,
+        "num_experts": spec.experts,
+        "num_experts_per_tok": spec.top_k,
+        "norm_topk_prob": false,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": false,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "coli_synthetic": true,
+    });
+    write_atomic(&dir.join("config.json"), |w| {
+        use std::io::Write;
+        w.write_all(
+            serde_json::to_string_pretty(&config)
+                .expect("json")
+                .as_bytes(),
+        )
+    })
+    .map_err(io)
+}
