@@ -268,30 +268,40 @@ fn load(m: &ModelArg) -> Result<(PathBuf, coli_models::Transformer, f64), String
     Ok((dir, model, t0.elapsed().as_secs_f64()))
 }
 
-/// Expert-store figures of a run (`None` without a store): the counters since `before`
-/// over `tokens` processed tokens.
+/// Expert-store figures of a run (`None` without a store). Decode-phase figures (from the
+/// first generated token on, over `decode_tokens` steps taking `decode_s`): the cache hit
+/// rate (experts already in RAM and not brought by a prefetch for this use), the prefetch
+/// hit rate, bytes read from disk per token and the disk rate; plus whole-run totals.
 fn store_stats(
     model: &coli_models::Transformer,
-    before: &StoreStats,
-    tokens: usize,
-    seconds: f64,
+    start: &StoreStats,
+    prefilled: &StoreStats,
+    decode_tokens: usize,
+    decode_s: f64,
 ) -> Option<serde_json::Value> {
     let st = model.store.as_ref()?;
     let now = st.stats();
-    let (hits, misses) = (now.hits - before.hits, now.misses - before.misses);
-    let bytes = now.bytes_read - before.bytes_read;
-    let read_s = (now.read_ns - before.read_ns) as f64 * 1e-9;
+    let d = |f: fn(&StoreStats) -> u64| f(&now) - f(prefilled);
+    let (hits, misses, pf) = (d(|s| s.hits), d(|s| s.misses), d(|s| s.prefetch_hits));
+    let requests = (hits + misses).max(1) as f64;
+    let bytes = d(|s| s.bytes_read);
+    let read_s = d(|s| s.read_ns) as f64 * 1e-9;
     Some(json!({
-        "expert_hit_rate": if hits + misses == 0 { 1.0 } else { hits as f64 / (hits + misses) as f64 },
-        "expert_hits": hits,
+        "expert_hit_rate": if hits + misses == 0 { 1.0 } else { (hits - pf) as f64 / requests },
+        "prefetch_hit_rate": pf as f64 / requests,
+        "expert_hits": hits - pf,
+        "prefetch_hits": pf,
         "expert_misses": misses,
-        "prefetch_hits": now.prefetch_hits - before.prefetch_hits,
-        "prefetches": now.prefetches - before.prefetches,
-        "disk_bytes": bytes,
-        "disk_bytes_per_token": bytes as f64 / tokens.max(1) as f64,
-        "disk_mb_s": bytes as f64 / 1e6 / seconds.max(1e-9),
+        "prefetches": d(|s| s.prefetches),
+        "wasted_prefetches": d(|s| s.wasted_prefetches),
+        "speculative_prefetches": d(|s| s.speculative),
+        "speculation_skipped": d(|s| s.speculation_skipped),
+        "disk_bytes_per_token": bytes as f64 / decode_tokens.max(1) as f64,
+        "disk_mb_s": bytes as f64 / 1e6 / decode_s.max(1e-9),
         "read_mb_s": if read_s > 0.0 { bytes as f64 / 1e6 / read_s } else { 0.0 },
-        "prefetch_wait_ms": (now.wait_ns - before.wait_ns) as f64 * 1e-6,
+        "prefetch_wait_ms": d(|s| s.wait_ns) as f64 * 1e-6,
+        "prefill_disk_bytes": prefilled.bytes_read - start.bytes_read,
+        "disk_bytes": now.bytes_read - start.bytes_read,
         "experts_pinned": now.pinned,
         "experts_cached": now.cached,
         "cap_per_layer": st.cap(),
@@ -366,12 +376,16 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
         seed: a.seed,
     });
     let mut stream = tokenizer.as_ref().map(TextTokenizer::stream);
-    let before = model.store.as_ref().map(|s| s.stats()).unwrap_or_default();
-    let t_gen = Instant::now();
+    let snapshot = || model.store.as_ref().map(|s| s.stats()).unwrap_or_default();
+    let before = snapshot();
+    let mut prefilled = None;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let g = session
         .generate(&prompt_ids, a.max_tokens, &mut sampler, &stop, |id| {
+            if prefilled.is_none() {
+                prefilled = Some(snapshot());
+            }
             if let Some(s) = stream.as_mut() {
                 if let Ok(piece) = s.push(id) {
                     let _ = out.write_all(piece.as_bytes());
@@ -388,8 +402,8 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
     };
     let _ = writeln!(out);
     let st = &g.stats;
-    let tokens = g.prompt_ids.len() + g.generated_ids.len();
-    let experts = store_stats(&model, &before, tokens, t_gen.elapsed().as_secs_f64());
+    let prefilled = prefilled.unwrap_or_else(snapshot);
+    let experts = store_stats(&model, &before, &prefilled, st.decode_tokens, st.decode_s);
     save_usage(&model, &dir, a.m.no_usage);
     if a.json {
         let v = json!({
@@ -423,13 +437,12 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
         );
         if let Some(e) = experts {
             eprintln!(
-                "[experts: hit rate {:.1}% ({} hits, {} misses, {} prefetch hits), {:.1} MB read per token at {:.0} MB/s, {} cached ({} per layer), {} pinned]",
+                "[experts while decoding: cache hit rate {:.1}%, prefetched {:.1}% ({} misses), {:.1} MB read per token at {:.0} MB/s; {} cached ({} per layer), {} pinned]",
                 e["expert_hit_rate"].as_f64().unwrap_or(0.0) * 100.0,
-                e["expert_hits"],
+                e["prefetch_hit_rate"].as_f64().unwrap_or(0.0) * 100.0,
                 e["expert_misses"],
-                e["prefetch_hits"],
                 e["disk_bytes_per_token"].as_f64().unwrap_or(0.0) / 1e6,
-                e["read_mb_s"].as_f64().unwrap_or(0.0),
+                e["disk_mb_s"].as_f64().unwrap_or(0.0),
                 e["experts_cached"],
                 e["cap_per_layer"],
                 e["experts_pinned"],

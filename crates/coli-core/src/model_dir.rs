@@ -37,6 +37,10 @@ impl Shard {
         // writer renames a finished temp file over the old one), so the bytes behind the map
         // stay those of the file we validated below.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| CoreError::io(path, e))?;
+        // Tensors are read sparsely through the mapping (vectors, scales; the big weights are
+        // copied with pread or streamed): no readahead around each touch.
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Random);
         let bad = |msg: String| CoreError::Header {
             path: path.to_path_buf(),
             msg,
@@ -65,6 +69,7 @@ pub struct TensorView {
     map: Arc<Mmap>,
     range: Range<usize>,
     file_offset: u64,
+    resident: bool,
 }
 
 impl TensorView {
@@ -142,8 +147,24 @@ pub fn make_resident(views: &[&TensorView]) -> Result<Vec<TensorView>> {
     let mut map = memmap2::MmapMut::map_anon(total.max(1)).map_err(|_| anon())?;
     #[cfg(target_os = "linux")]
     let _ = map.advise(memmap2::Advice::HugePage);
+    // File-backed views are read with pread (large sequential reads), not through their
+    // mapping: shard mappings are advised random-access so that touching one small tensor
+    // does not read megabytes around it.
+    let mut files: HashMap<PathBuf, File> = HashMap::new();
     for (v, &off) in views.iter().zip(&offsets) {
-        map[off..off + v.range.len()].copy_from_slice(v.bytes());
+        let dst = &mut map[off..off + v.range.len()];
+        if v.resident {
+            dst.copy_from_slice(v.bytes());
+            continue;
+        }
+        let f = match files.entry(v.file.clone()) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(File::open(&v.file).map_err(|x| CoreError::io(&v.file, x))?)
+            }
+        };
+        std::os::unix::fs::FileExt::read_exact_at(&*f, dst, v.file_offset)
+            .map_err(|x| CoreError::io(&v.file, x))?;
     }
     let map = Arc::new(
         map.make_read_only()
@@ -160,6 +181,7 @@ pub fn make_resident(views: &[&TensorView]) -> Result<Vec<TensorView>> {
             map: map.clone(),
             range: off..off + v.range.len(),
             file_offset: v.file_offset,
+            resident: true,
         })
         .collect())
 }
@@ -293,6 +315,7 @@ impl ModelDir {
             map: shard.map.clone(),
             range: e.file_range.clone(),
             file_offset: e.file_range.start as u64,
+            resident: false,
         })
     }
 

@@ -405,6 +405,7 @@ pub struct Scratch {
     route: RouteScratch,
     shared_gate: Vec<f32>,
     prefetch_logits: Vec<f32>,
+    prefetch_x: Vec<f32>,
     router_logits: Vec<f32>,
     probs: Vec<f32>,
     order: Vec<usize>,
@@ -700,7 +701,9 @@ impl Transformer {
                         // The next MoE layer, for prefetch while this one computes.
                         let next = self.layers[li + 1..].iter().enumerate().find_map(|(j, l)| {
                             match &l.ffn {
-                                Ffn::Moe(m) => Some((li + 1 + j, &**m)),
+                                Ffn::Moe(m) => {
+                                    Some((li + 1 + j, &**m, &l.post_attention_layernorm[..]))
+                                }
                                 Ffn::Dense(_) => None,
                             }
                         });
@@ -710,7 +713,7 @@ impl Transformer {
                             next,
                         }
                     });
-                    moe_forward(moe, n, h, s, store)?
+                    moe_forward(moe, n, h, s, store, self.rms_norm_eps)?
                 }
             }
             add_into(&mut s.x[..n * h], &s.proj[..n * h]);
@@ -1183,7 +1186,8 @@ fn mlp_forward_mats(
 struct StoreCtx<'a> {
     store: &'a crate::expert_store::ExpertStore,
     layer: usize,
-    next: Option<(usize, &'a Moe)>,
+    /// The next MoE layer: its index, block and the norm in front of it.
+    next: Option<(usize, &'a Moe, &'a [f32])>,
 }
 
 /// Routes each token, runs every selected expert once over all its tokens (batch union),
@@ -1194,6 +1198,7 @@ fn moe_forward(
     h: usize,
     s: &mut Scratch,
     store: Option<StoreCtx>,
+    eps: f32,
 ) -> crate::error::Result<()> {
     let e = moe.experts.len();
     let k = moe.top_k;
@@ -1233,28 +1238,6 @@ fn moe_forward(
             }
         }
     }
-    if let Some(ctx) = &store {
-        for &ex in &s.experts[..n * k] {
-            ctx.store.record(ctx.layer, ex);
-        }
-        // Decode: guess the next MoE layer's experts from this layer's input and start
-        // reading them while this layer computes (a hint: never changes a result).
-        if let (1, Some((next_layer, next))) = (n, ctx.next) {
-            let ne = next.experts.len();
-            grow(&mut s.prefetch_logits, ne);
-            next.router
-                .forward(&s.xn[..h], 1, &mut s.prefetch_logits[..ne]);
-            if let Routing::GroupedSigmoid { bias, .. } = &next.routing {
-                for (l, b) in s.prefetch_logits[..ne].iter_mut().zip(bias) {
-                    *l = sigmoid(*l) + b;
-                }
-            }
-            let want = next.top_k.min(ctx.store.cap());
-            let top =
-                coli_kernels::routing::top_k_indices(&s.prefetch_logits[..ne], want, &mut s.order);
-            ctx.store.prefetch(next_layer, top);
-        }
-    }
     // Counting sort of the (token, rank) slots by expert.
     let counts = &mut s.counts[..e + 1];
     counts.fill(0);
@@ -1267,6 +1250,42 @@ fn moe_forward(
     for (slot, &ex) in s.experts[..n * k].iter().enumerate() {
         s.slots[counts[ex]] = slot;
         counts[ex] += 1;
+    }
+    if let Some(ctx) = &store {
+        for &ex in &s.experts[..n * k] {
+            ctx.store.record(ctx.layer, ex);
+        }
+        // This layer's experts, in the order the loop below takes them: queue the reads of
+        // those not in RAM on the I/O threads now, so they arrive while earlier ones compute.
+        s.order.clear();
+        let mut begin = 0;
+        for ex in 0..e {
+            if s.counts[ex] > begin {
+                s.order.push(ex);
+            }
+            begin = s.counts[ex];
+        }
+        ctx.store.prefetch(ctx.layer, &s.order, false);
+        // Decode: guess the next MoE layer's experts from the current residual stream (through
+        // that layer's own norm) and start reading them while this layer computes (a hint:
+        // never changes a result).
+        if let (1, Some((next_layer, next, norm))) = (n, ctx.next) {
+            let ne = next.experts.len();
+            grow(&mut s.prefetch_logits, ne);
+            grow(&mut s.prefetch_x, h);
+            rms_norm(&s.x[..h], norm, eps, &mut s.prefetch_x[..h]);
+            next.router
+                .forward(&s.prefetch_x[..h], 1, &mut s.prefetch_logits[..ne]);
+            if let Routing::GroupedSigmoid { bias, .. } = &next.routing {
+                for (l, b) in s.prefetch_logits[..ne].iter_mut().zip(bias) {
+                    *l = sigmoid(*l) + b;
+                }
+            }
+            let want = next.top_k.min(ctx.store.cap());
+            let top =
+                coli_kernels::routing::top_k_indices(&s.prefetch_logits[..ne], want, &mut s.order);
+            ctx.store.prefetch(next_layer, top, true);
+        }
     }
     // counts[ex] is now the end of expert ex's run; its start is the previous expert's end.
     let mut begin = 0;

@@ -62,6 +62,12 @@ pub struct StoreStats {
     pub prefetch_hits: u64,
     /// Prefetch reads issued.
     pub prefetches: u64,
+    /// Prefetched experts evicted before any use (reads a guess wasted).
+    pub wasted_prefetches: u64,
+    /// Speculative (next-layer) guesses read / skipped because guesses have been poor.
+    pub speculative: u64,
+    /// Speculative guesses not issued: their measured accuracy was below the threshold.
+    pub speculation_skipped: u64,
     /// Bytes read from disk (misses, prefetches, pins).
     pub bytes_read: u64,
     /// Time spent in reads, summed over threads, in nanoseconds.
@@ -92,6 +98,12 @@ struct Counters {
     misses: AtomicU64,
     prefetch_hits: AtomicU64,
     prefetches: AtomicU64,
+    wasted_prefetches: AtomicU64,
+    speculative: AtomicU64,
+    speculative_used: AtomicU64,
+    speculative_wasted: AtomicU64,
+    speculation_skipped: AtomicU64,
+    speculation_calls: AtomicU64,
     bytes_read: AtomicU64,
     read_ns: AtomicU64,
     wait_ns: AtomicU64,
@@ -265,6 +277,7 @@ struct Entry {
     last_use: u64,
     pinned: bool,
     prefetched: bool,
+    speculative: bool,
 }
 
 /// One layer's cache: at most `cap` unpinned entries plus the pinned ones.
@@ -292,12 +305,14 @@ impl LayerCache {
         }
     }
 
-    /// Evicts least recently used unpinned entries until one more fits under `cap`.
-    fn make_room(&mut self, cap: usize) {
+    /// Evicts least recently used unpinned entries until one more fits under `cap`;
+    /// returns how many of them were prefetched and never used.
+    fn make_room(&mut self, cap: usize) -> (u64, u64) {
+        let (mut wasted, mut spec) = (0, 0);
         loop {
             let unpinned = self.entries.iter().filter(|e| !e.pinned).count();
             if unpinned < cap {
-                return;
+                return (wasted, spec);
             }
             let victim = self
                 .entries
@@ -307,13 +322,24 @@ impl LayerCache {
                 .min_by_key(|(_, e)| e.last_use)
                 .map(|(i, _)| i);
             match victim {
-                Some(i) => self.remove(i),
-                None => return,
+                Some(i) => {
+                    wasted += self.entries[i].prefetched as u64;
+                    spec += (self.entries[i].prefetched && self.entries[i].speculative) as u64;
+                    self.remove(i)
+                }
+                None => return (wasted, spec),
             }
         }
     }
 
-    fn insert(&mut self, expert: usize, state: State, pinned: bool, prefetched: bool) {
+    fn insert(
+        &mut self,
+        expert: usize,
+        state: State,
+        pinned: bool,
+        prefetched: bool,
+        speculative: bool,
+    ) {
         self.tick += 1;
         self.slot_of[expert] = self.entries.len() as u32;
         self.entries.push(Entry {
@@ -322,6 +348,7 @@ impl LayerCache {
             last_use: self.tick,
             pinned,
             prefetched,
+            speculative,
         });
     }
 }
@@ -600,7 +627,7 @@ impl ExpertStore {
             .shared
             .load(layer, expert)
             .map_err(ModelError::ExpertRead)?;
-        c.insert(expert, State::Ready(Arc::new(buf)), true, false);
+        c.insert(expert, State::Ready(Arc::new(buf)), true, false, false);
         Ok(())
     }
 
@@ -615,6 +642,9 @@ impl ExpertStore {
             let e = &mut c.entries[i];
             e.last_use = tick;
             let from_prefetch = std::mem::take(&mut e.prefetched);
+            if from_prefetch && e.speculative {
+                counters.speculative_used.fetch_add(1, Ordering::Relaxed);
+            }
             let buf = match &e.state {
                 State::Ready(b) => b.clone(),
                 State::Loading(p) => {
@@ -648,26 +678,76 @@ impl ExpertStore {
                 .load(layer, expert)
                 .map_err(ModelError::ExpertRead)?,
         );
-        c.make_room(self.cap);
-        c.insert(expert, State::Ready(buf.clone()), false, false);
+        let (wasted, spec) = c.make_room(self.cap);
+        counters
+            .wasted_prefetches
+            .fetch_add(wasted, Ordering::Relaxed);
+        counters
+            .speculative_wasted
+            .fetch_add(spec, Ordering::Relaxed);
+        c.insert(expert, State::Ready(buf.clone()), false, false, false);
         Ok(ExpertHandle { buf, loc })
     }
 
     /// Starts reading experts of `layer` that are not in its cache (at most `cap` of them),
     /// on the I/O threads. No-op without prefetch threads.
-    pub fn prefetch(&self, layer: usize, experts: &[usize]) {
+    ///
+    /// `speculative` marks guesses (the next layer's likely experts) rather than experts
+    /// known to be needed: a guess evicts a cached expert, so guesses are only issued while
+    /// at least half of them have been used (`(used + 1) / (used + wasted + 2) >= 1/2`);
+    /// every 16th call still guesses, to notice when guessing starts to pay.
+    pub fn prefetch(&self, layer: usize, experts: &[usize], speculative: bool) {
         let Some(tx) = &self.jobs else { return };
+        let counters = &self.shared.counters;
+        if speculative {
+            let used = counters.speculative_used.load(Ordering::Relaxed);
+            let wasted = counters.speculative_wasted.load(Ordering::Relaxed);
+            let call = counters.speculation_calls.fetch_add(1, Ordering::Relaxed);
+            if 2 * (used + 1) < used + wasted + 2 && !call.is_multiple_of(16) {
+                counters
+                    .speculation_skipped
+                    .fetch_add(experts.len().min(self.cap) as u64, Ordering::Relaxed);
+                return;
+            }
+        }
         let mut c = self.caches[layer].lock().expect("layer cache");
-        for &expert in experts.iter().take(self.cap) {
+        let experts = &experts[..experts.len().min(self.cap)];
+        if !speculative {
+            // Needed experts already cached are about to be used: mark them recent first so
+            // making room for the others cannot evict them.
+            c.tick += 1;
+            let tick = c.tick;
+            for &expert in experts {
+                if let Some(i) = c.slot_of.get(expert).and_then(|_| c.lookup(expert)) {
+                    c.entries[i].last_use = tick;
+                }
+            }
+        }
+        for &expert in experts {
             if expert >= c.slot_of.len() || c.lookup(expert).is_some() {
                 continue;
             }
-            c.make_room(self.cap);
+            let (wasted, spec) = c.make_room(self.cap);
+            counters
+                .wasted_prefetches
+                .fetch_add(wasted, Ordering::Relaxed);
+            counters
+                .speculative_wasted
+                .fetch_add(spec, Ordering::Relaxed);
+            if speculative {
+                counters.speculative.fetch_add(1, Ordering::Relaxed);
+            }
             let pending = Arc::new(Pending {
                 result: Mutex::new(None),
                 done: Condvar::new(),
             });
-            c.insert(expert, State::Loading(pending.clone()), false, true);
+            c.insert(
+                expert,
+                State::Loading(pending.clone()),
+                false,
+                true,
+                speculative,
+            );
             self.shared
                 .counters
                 .prefetches
@@ -737,6 +817,9 @@ impl ExpertStore {
             misses: c.misses.load(Ordering::Relaxed),
             prefetch_hits: c.prefetch_hits.load(Ordering::Relaxed),
             prefetches: c.prefetches.load(Ordering::Relaxed),
+            wasted_prefetches: c.wasted_prefetches.load(Ordering::Relaxed),
+            speculative: c.speculative.load(Ordering::Relaxed),
+            speculation_skipped: c.speculation_skipped.load(Ordering::Relaxed),
             bytes_read: c.bytes_read.load(Ordering::Relaxed),
             read_ns: c.read_ns.load(Ordering::Relaxed),
             wait_ns: c.wait_ns.load(Ordering::Relaxed),
