@@ -15,12 +15,10 @@
 //! The bytes of an expert are the same whichever way they arrive, and the model computes
 //! with them identically, so placement changes speed, never tokens.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -109,43 +107,42 @@ struct Counters {
     wait_ns: AtomicU64,
 }
 
-/// An owned, [`ALIGN`]-aligned byte buffer.
+/// Anonymous memory for several expert buffers, 2 MiB-aligned with transparent huge pages
+/// requested (expert matrices are streamed through once per use; 4 KiB pages would cost a
+/// TLB miss every 4 KiB). Buffers are packed back to back so huge pages cover them whole.
+struct Arena {
+    /// Keeps the mapping alive; accessed only through `base`.
+    _map: memmap2::MmapMut,
+    /// The first 2 MiB boundary inside the mapping.
+    base: *mut u8,
+}
+
+// SAFETY: each buffer handed out owns a disjoint byte range of the arena (see `AlignedBuf`).
+unsafe impl Send for Arena {}
+// SAFETY: as above.
+unsafe impl Sync for Arena {}
+
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Buffers per arena.
+const ARENA_BUFFERS: usize = 8;
+
+/// One [`ALIGN`]-aligned buffer: a disjoint range of an arena.
 struct AlignedBuf {
-    ptr: NonNull<u8>,
+    arena: Arc<Arena>,
+    offset: usize,
     len: usize,
 }
 
-// SAFETY: a plain heap allocation owned by this value.
-unsafe impl Send for AlignedBuf {}
-// SAFETY: shared access only reads.
-unsafe impl Sync for AlignedBuf {}
-
 impl AlignedBuf {
-    fn new(len: usize) -> AlignedBuf {
-        let layout = Layout::from_size_align(len.max(ALIGN), ALIGN).expect("buffer layout");
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        AlignedBuf {
-            ptr,
-            len: len.max(ALIGN),
-        }
-    }
     fn as_slice(&self) -> &[u8] {
-        // SAFETY: `len` initialised bytes owned by self.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        // SAFETY: `offset..offset + len` lies inside the mapping past `base` and belongs to
+        // this buffer alone; the mapping lives as long as the arena.
+        unsafe { std::slice::from_raw_parts(self.arena.base.add(self.offset), self.len) }
     }
     fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, uniquely borrowed.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        let layout = Layout::from_size_align(self.len, ALIGN).expect("buffer layout");
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), layout) }
+        // SAFETY: as above; `&mut self` makes this the only access to the range.
+        unsafe { std::slice::from_raw_parts_mut(self.arena.base.add(self.offset), self.len) }
     }
 }
 
@@ -157,11 +154,31 @@ struct BufPool {
 
 impl BufPool {
     fn take(&self) -> AlignedBuf {
-        self.free
-            .lock()
-            .expect("buffer pool")
-            .pop()
-            .unwrap_or_else(|| AlignedBuf::new(self.size))
+        let mut free = self.free.lock().expect("buffer pool");
+        if let Some(b) = free.pop() {
+            return b;
+        }
+        let stride = self.size.next_multiple_of(ALIGN);
+        let mut map = memmap2::MmapMut::map_anon(stride * ARENA_BUFFERS + HUGE_PAGE)
+            .unwrap_or_else(|e| panic!("allocating expert buffers ({stride} bytes each): {e}"));
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(memmap2::Advice::HugePage);
+        let start = (map.as_ptr() as usize).next_multiple_of(HUGE_PAGE) - map.as_ptr() as usize;
+        // SAFETY: start < HUGE_PAGE, inside the mapping.
+        let base = unsafe { map.as_mut_ptr().add(start) };
+        let arena = Arc::new(Arena { _map: map, base });
+        for i in 1..ARENA_BUFFERS {
+            free.push(AlignedBuf {
+                arena: arena.clone(),
+                offset: i * stride,
+                len: self.size,
+            });
+        }
+        AlignedBuf {
+            arena,
+            offset: 0,
+            len: self.size,
+        }
     }
 }
 
