@@ -14,11 +14,12 @@ PROMPT=$(seq -s, 11 26)            # 16 prompt tokens
 LONG=$(seq -s, 11 266)             # 256 tokens: touches every expert (warm runs)
 declare -A CONF=(
   [stream_prefetch]="--cap 8 --direct --prefetch on --prompt-ids $PROMPT"
+  [stream_layer]="--cap 8 --direct --prefetch layer --prompt-ids $PROMPT"
   [stream_noprefetch]="--cap 8 --direct --prefetch off --prompt-ids $PROMPT"
   [all_cached_store]="--expert-cache all --direct --prompt-ids $LONG"
   [resident_no_store]="--expert-cache off --prompt-ids $LONG"
 )
-ORDER=${ORDER:-stream_prefetch stream_noprefetch all_cached_store resident_no_store}
+ORDER=${ORDER:-stream_prefetch stream_layer stream_noprefetch all_cached_store resident_no_store}
 for r in $(seq 1 "$ROUNDS"); do
   for name in $ORDER; do
     sync; echo 3 > /proc/sys/vm/drop_caches

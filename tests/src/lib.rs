@@ -337,6 +337,7 @@ pub mod placement {
                         cache,
                         direct,
                         prefetch,
+                        speculate: prefetch,
                         pin_bytes: 0,
                     };
                     m.place_experts(dir, &p).map_err(|e| e.to_string())?;

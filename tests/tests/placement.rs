@@ -108,6 +108,7 @@ fn a_shard_truncated_mid_run_is_a_clear_error() {
             cache: CacheSize::Slots(1),
             direct,
             prefetch: !direct,
+            speculate: !direct,
             pin_bytes: 0,
         };
         m.place_experts(dir, &p).unwrap();

@@ -75,8 +75,10 @@ struct ModelArg {
     /// Read experts with O_DIRECT (bypass the page cache).
     #[arg(long)]
     direct: bool,
-    /// Prefetch the next layer's likely experts while a layer computes.
-    #[arg(long, value_name = "on|off", default_value = "on")]
+    /// Expert reads ahead of use: "on" reads a layer's missing experts in parallel and
+    /// guesses the next layer's while this one computes; "layer" only the former; "off"
+    /// reads each expert when it is needed.
+    #[arg(long, value_name = "on|layer|off", default_value = "on")]
     prefetch: String,
     /// Pin this many GB of the historically hottest experts (from .coli_usage) at start.
     #[arg(long, value_name = "GB", default_value_t = 0.0)]
@@ -112,15 +114,17 @@ fn placement(m: &ModelArg) -> Result<Placement, String> {
             CacheSize::Bytes(gb("--expert-cache", x)?)
         }
     };
-    let prefetch = match m.prefetch.as_str() {
-        "on" => true,
-        "off" => false,
-        other => return Err(format!("--prefetch takes on or off, got {other:?}")),
+    let (prefetch, speculate) = match m.prefetch.as_str() {
+        "on" => (true, true),
+        "layer" => (true, false),
+        "off" => (false, false),
+        other => return Err(format!("--prefetch takes on, layer or off, got {other:?}")),
     };
     Ok(Placement {
         cache,
         direct: m.direct,
         prefetch,
+        speculate,
         pin_bytes: gb("--pin", m.pin)?,
     })
 }

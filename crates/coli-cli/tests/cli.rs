@@ -577,7 +577,10 @@ fn expert_placement_flags_stats_and_usage_history() {
             "must be a non-negative number of GB",
         ),
         (&["--pin=-2"], "--pin must be a non-negative number of GB"),
-        (&["--prefetch", "maybe"], "--prefetch takes on or off"),
+        (
+            &["--prefetch", "maybe"],
+            "--prefetch takes on, layer or off",
+        ),
     ] {
         let mut args = vec!["run", "--model", path_str(t.path()), "--prompt-ids", "1,2"];
         args.extend_from_slice(flags);

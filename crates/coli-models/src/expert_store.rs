@@ -45,6 +45,8 @@ pub struct StoreConfig {
     pub direct: bool,
     /// I/O threads for prefetch; 0 disables prefetch.
     pub prefetch_threads: usize,
+    /// Also guess the next layer's experts (besides reading the current layer's in parallel).
+    pub speculate: bool,
     /// Experts `(layer, expert)` to load at start and never evict.
     pub pinned: Vec<(usize, usize)>,
 }
@@ -464,6 +466,7 @@ pub struct ExpertStore {
     shared: Arc<Shared>,
     caches: Vec<Mutex<LayerCache>>,
     cap: usize,
+    speculate: bool,
     jobs: Option<mpsc::Sender<Job>>,
     workers: Vec<JoinHandle<()>>,
     /// Routing counts per (layer, expert), for the usage history.
@@ -608,6 +611,7 @@ impl ExpertStore {
             shared,
             caches,
             cap: cfg.cap.max(1),
+            speculate: cfg.speculate,
             jobs,
             workers,
             usage,
@@ -710,17 +714,24 @@ impl ExpertStore {
     /// on the I/O threads. No-op without prefetch threads.
     ///
     /// `speculative` marks guesses (the next layer's likely experts) rather than experts
-    /// known to be needed: a guess evicts a cached expert, so guesses are only issued while
-    /// at least half of them have been used (`(used + 1) / (used + wasted + 2) >= 1/2`);
-    /// every 16th call still guesses, to notice when guessing starts to pay.
+    /// known to be needed. A guess evicts a cached expert and costs a read the disk could
+    /// spend on a needed one, so guesses are only issued while at least 4 in 5 of them have
+    /// been used (`(used + 1) / (used + wasted + 2) >= 0.8`); every 16th call still
+    /// guesses, to notice when guessing starts to pay.
     pub fn prefetch(&self, layer: usize, experts: &[usize], speculative: bool) {
+        if !speculative {
+            self.touch(layer, experts);
+        }
         let Some(tx) = &self.jobs else { return };
         let counters = &self.shared.counters;
+        if speculative && !self.speculate {
+            return;
+        }
         if speculative {
             let used = counters.speculative_used.load(Ordering::Relaxed);
             let wasted = counters.speculative_wasted.load(Ordering::Relaxed);
             let call = counters.speculation_calls.fetch_add(1, Ordering::Relaxed);
-            if 2 * (used + 1) < used + wasted + 2 && !call.is_multiple_of(16) {
+            if 5 * (used + 1) < 4 * (used + wasted + 2) && !call.is_multiple_of(16) {
                 counters
                     .speculation_skipped
                     .fetch_add(experts.len().min(self.cap) as u64, Ordering::Relaxed);
@@ -729,17 +740,6 @@ impl ExpertStore {
         }
         let mut c = self.caches[layer].lock().expect("layer cache");
         let experts = &experts[..experts.len().min(self.cap)];
-        if !speculative {
-            // Needed experts already cached are about to be used: mark them recent first so
-            // making room for the others cannot evict them.
-            c.tick += 1;
-            let tick = c.tick;
-            for &expert in experts {
-                if let Some(i) = c.slot_of.get(expert).and_then(|_| c.lookup(expert)) {
-                    c.entries[i].last_use = tick;
-                }
-            }
-        }
         for &expert in experts {
             if expert >= c.slot_of.len() || c.lookup(expert).is_some() {
                 continue;
@@ -778,6 +778,21 @@ impl ExpertStore {
                 .is_err()
             {
                 pending.set(Err("the I/O threads have stopped".into()));
+            }
+        }
+    }
+
+    /// Marks the cached ones among `experts` (all needed by the current step) as just used,
+    /// so that making room for the others cannot evict them.
+    pub fn touch(&self, layer: usize, experts: &[usize]) {
+        let mut c = self.caches[layer].lock().expect("layer cache");
+        c.tick += 1;
+        let tick = c.tick;
+        for &expert in experts {
+            if expert < c.slot_of.len() {
+                if let Some(i) = c.lookup(expert) {
+                    c.entries[i].last_use = tick;
+                }
             }
         }
     }
@@ -875,8 +890,10 @@ pub struct Placement {
     pub cache: CacheSize,
     /// `O_DIRECT` reads.
     pub direct: bool,
-    /// Prefetch the next layer's likely experts.
+    /// Read the current layer's missing experts in parallel on I/O threads.
     pub prefetch: bool,
+    /// With `prefetch`, also guess and read the next layer's experts.
+    pub speculate: bool,
     /// Bytes of historically hottest experts to pin at start (`.coli_usage`).
     pub pin_bytes: u64,
 }
@@ -887,6 +904,7 @@ impl Default for Placement {
             cache: CacheSize::Auto,
             direct: false,
             prefetch: true,
+            speculate: true,
             pin_bytes: 0,
         }
     }
@@ -984,6 +1002,7 @@ impl Transformer {
             cap,
             direct: p.direct,
             prefetch_threads: if p.prefetch { PREFETCH_THREADS } else { 0 },
+            speculate: p.prefetch && p.speculate,
             pinned,
         };
         self.store = None;
