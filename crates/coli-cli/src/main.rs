@@ -83,8 +83,9 @@ struct ModelArg {
     /// Pin this many GB of the historically hottest experts (from .coli_usage) at start.
     #[arg(long, value_name = "GB", default_value_t = 0.0)]
     pin: f64,
-    /// Do not add this run's routing to the model directory's .coli_usage.
-    #[arg(long)]
+    /// Do not add this run's routing to the model directory's .coli_usage
+    /// (also: COLI_NO_USAGE=1).
+    #[arg(long, env = "COLI_NO_USAGE", value_parser = clap::builder::FalseyValueParser::new())]
     no_usage: bool,
 }
 

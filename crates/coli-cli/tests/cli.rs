@@ -8,12 +8,20 @@ use coli_core::{DType, ModelDir};
 use coli_tests::{compare_logits, fixtures_dir, floats, ids, Reference, TINY_FIXTURES};
 use serde_json::Value;
 
+/// Runs coli; it leaves no routing history behind (the fixtures are in the repository).
 fn coli(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_coli"))
-        .args(args)
-        .env_remove("COLI_MODEL")
-        .output()
-        .expect("coli runs")
+    coli_usage(args, false)
+}
+
+fn coli_usage(args: &[&str], record_usage: bool) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_coli"));
+    c.args(args).env_remove("COLI_MODEL");
+    if record_usage {
+        c.env_remove("COLI_NO_USAGE");
+    } else {
+        c.env("COLI_NO_USAGE", "1");
+    }
+    c.output().expect("coli runs")
 }
 
 fn last_json(out: &Output) -> Value {
@@ -528,7 +536,7 @@ fn expert_placement_flags_stats_and_usage_history() {
             "--json",
         ];
         args.extend_from_slice(extra);
-        let out = coli(&args);
+        let out = coli_usage(&args, true);
         assert!(
             out.status.success(),
             "{extra:?}: {}",
