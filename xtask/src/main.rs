@@ -11,7 +11,7 @@ use std::time::Instant;
 use coli_core::RopeScaling;
 use coli_kernels::rope::{apply, compute_inv_freq, cos_sin_from, RopeLayout, RopeTable};
 use coli_kernels::{cpu, dot, WFormat};
-use coli_tests::{checks, TINY_FIXTURES};
+use coli_tests::{checks, Reference, TINY_FIXTURES};
 
 type Check = Result<String, String>;
 type NamedCheck = (&'static str, fn() -> Check);
@@ -121,6 +121,10 @@ fn verify() -> ExitCode {
             prefill_invariants,
         ),
         ("threads: 1 vs all threads", thread_invariance),
+        (
+            "placement: expert store cache 1/2/8/all/off x prefetch x O_DIRECT x threads",
+            placement_invariance,
+        ),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, f) in checks {
@@ -307,6 +311,25 @@ fn simd_vs_scalar() -> Check {
 /// Runs a shared check over every fixture.
 fn each_fixture(check: impl Fn(&str) -> Result<(), String>) -> Result<(), String> {
     TINY_FIXTURES.iter().try_for_each(|name| check(name))
+}
+
+fn placement_invariance() -> Check {
+    let mut compared = 0;
+    for name in TINY_FIXTURES {
+        let r = Reference::load(name);
+        compared += coli_tests::placement::check(&r.dir, &r.ids())?;
+    }
+    let tmp = std::env::temp_dir().join(format!("coli-verify-synth-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let spec = coli_tests::synthetic::OlmoeSpec::small();
+    coli_tests::synthetic::write_olmoe(&tmp, &spec, |_, _| {}).map_err(|e| e.to_string())?;
+    let seq: Vec<u32> = (0..20).map(|i| (i * 131 + 7) % spec.vocab as u32).collect();
+    let r = coli_tests::placement::check(&tmp, &seq);
+    let _ = std::fs::remove_dir_all(&tmp);
+    compared += r?;
+    Ok(format!(
+        "{compared} placements on the MoE fixtures and a synthetic model, all byte-identical to the model read in place"
+    ))
 }
 
 fn oracle() -> Check {
