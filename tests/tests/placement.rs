@@ -6,6 +6,18 @@
 use coli_models::expert_store::{CacheSize, Placement};
 use coli_tests::{placement, Reference, TINY_FIXTURES};
 
+/// A fixture's files (no sidecars) in a temp dir.
+fn copy_fixture(r: &Reference) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&r.dir).unwrap() {
+        let e = e.unwrap();
+        if !e.file_name().to_string_lossy().starts_with('.') {
+            std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+        }
+    }
+    tmp
+}
+
 #[test]
 fn every_placement_gives_the_same_bits_on_every_moe_fixture() {
     let mut total = 0;
@@ -47,13 +59,7 @@ fn a_small_cache_misses_and_a_full_one_hits_after_first_use() {
 #[test]
 fn pinned_experts_come_from_the_usage_history_and_stay() {
     let r = Reference::load("olmoe_norm_topk");
-    let tmp = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(&r.dir).unwrap() {
-        let e = e.unwrap();
-        if !e.file_name().to_string_lossy().starts_with('.') {
-            std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
-        }
-    }
+    let tmp = copy_fixture(&r);
     let dir = tmp.path();
     // Record a run's routing.
     let mut m = coli_models::load(dir).unwrap();
@@ -98,11 +104,7 @@ fn pinned_experts_come_from_the_usage_history_and_stay() {
 #[test]
 fn a_shard_truncated_mid_run_is_a_clear_error() {
     let r = Reference::load("olmoe_gqa_clip");
-    let tmp = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(&r.dir).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
-    }
+    let tmp = copy_fixture(&r);
     let dir = tmp.path();
     for direct in [false, true] {
         let mut m = coli_models::load(dir).unwrap();

@@ -699,15 +699,21 @@ impl ExpertStore {
                 .load(layer, expert)
                 .map_err(ModelError::ExpertRead)?,
         );
+        self.make_room(&mut c);
+        c.insert(expert, State::Ready(buf.clone()), false, false, false);
+        Ok(ExpertHandle { buf, loc })
+    }
+
+    /// Evicts until one more expert fits, counting prefetches that were never used.
+    fn make_room(&self, c: &mut LayerCache) {
         let (wasted, spec) = c.make_room(self.cap);
+        let counters = &self.shared.counters;
         counters
             .wasted_prefetches
             .fetch_add(wasted, Ordering::Relaxed);
         counters
             .speculative_wasted
             .fetch_add(spec, Ordering::Relaxed);
-        c.insert(expert, State::Ready(buf.clone()), false, false, false);
-        Ok(ExpertHandle { buf, loc })
     }
 
     /// Starts reading experts of `layer` that are not in its cache (at most `cap` of them),
@@ -744,13 +750,7 @@ impl ExpertStore {
             if expert >= c.slot_of.len() || c.lookup(expert).is_some() {
                 continue;
             }
-            let (wasted, spec) = c.make_room(self.cap);
-            counters
-                .wasted_prefetches
-                .fetch_add(wasted, Ordering::Relaxed);
-            counters
-                .speculative_wasted
-                .fetch_add(spec, Ordering::Relaxed);
+            self.make_room(&mut c);
             if speculative {
                 counters.speculative.fetch_add(1, Ordering::Relaxed);
             }
