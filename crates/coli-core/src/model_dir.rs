@@ -186,6 +186,47 @@ pub fn make_resident(views: &[&TensorView]) -> Result<Vec<TensorView>> {
         .collect())
 }
 
+/// The shard files of a model directory, without reading them: from
+/// `model.safetensors.index.json` (each name searched in the directory, then in
+/// `COLI_MODEL_DIRS`) with its weight map, else `model.safetensors`, else every
+/// `*.safetensors` file in name order.
+#[allow(clippy::type_complexity)]
+pub fn shard_files(path: &Path) -> Result<(Vec<PathBuf>, Option<HashMap<String, String>>)> {
+    let search = search_dirs(path);
+    let index_path = path.join("model.safetensors.index.json");
+    Ok(if index_path.is_file() {
+        let (names, map) = read_index(&index_path)?;
+        let paths = names
+            .iter()
+            .map(|n| {
+                locate(n, &search).ok_or_else(|| {
+                    index_err(
+                        &index_path,
+                        format!("shard \"{n}\" not found in {}", show_dirs(&search)),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        (paths, Some(map))
+    } else if path.join("model.safetensors").is_file() {
+        (vec![path.join("model.safetensors")], None)
+    } else {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| CoreError::io(path, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        found.sort();
+        if found.is_empty() {
+            return Err(CoreError::Index {
+                path: path.to_path_buf(),
+                msg: "no model.safetensors, no model.safetensors.index.json and no *.safetensors files".into(),
+            });
+        }
+        (found, None)
+    })
+}
+
 /// An opened model directory: its config and every tensor of every shard.
 #[derive(Debug)]
 pub struct ModelDir {
@@ -206,39 +247,8 @@ impl ModelDir {
             return Err(CoreError::MissingDir(path.to_path_buf()));
         }
         let config = RawConfig::read(&path.join("config.json"))?;
-        let search = search_dirs(path);
         let index_path = path.join("model.safetensors.index.json");
-        let (shard_paths, weight_map) = if index_path.is_file() {
-            let (names, map) = read_index(&index_path)?;
-            let paths = names
-                .iter()
-                .map(|n| {
-                    locate(n, &search).ok_or_else(|| {
-                        index_err(
-                            &index_path,
-                            format!("shard \"{n}\" not found in {}", show_dirs(&search)),
-                        )
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            (paths, Some(map))
-        } else if path.join("model.safetensors").is_file() {
-            (vec![path.join("model.safetensors")], None)
-        } else {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(|e| CoreError::io(path, e))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-                .collect();
-            found.sort();
-            if found.is_empty() {
-                return Err(CoreError::Index {
-                    path: path.to_path_buf(),
-                    msg: "no model.safetensors, no model.safetensors.index.json and no *.safetensors files".into(),
-                });
-            }
-            (found, None)
-        };
+        let (shard_paths, weight_map) = shard_files(path)?;
         let shards = shard_paths
             .iter()
             .map(|p| Shard::open(p))

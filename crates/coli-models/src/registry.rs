@@ -39,8 +39,97 @@ pub trait Family {
     const DISPLAY_NAME: &'static str;
     /// Capabilities.
     const CAPABILITIES: &'static [Capability];
+    /// How the checkpoint names its tensors (for classification without loading).
+    const LAYOUT: TensorLayout = TensorLayout::STANDARD;
     /// Builds the model from an opened directory (config checked, tensors shape-checked).
     fn load(dir: &ModelDir) -> Result<Transformer>;
+}
+
+/// Name patterns of a family's checkpoint: decoder layers are `model.layers.{L}.`; within a
+/// layer, these infixes mark routed experts (followed by `{E}.`), shared experts and the
+/// DSA indexer. Layers at or past `num_hidden_layers` are MTP layers.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorLayout {
+    /// Infixes followed by the expert index, e.g. `.mlp.experts.`.
+    pub experts: &'static [&'static str],
+    /// Infixes of shared experts and their gates.
+    pub shared: &'static [&'static str],
+    /// Infixes of the DSA indexer.
+    pub indexer: &'static [&'static str],
+}
+
+impl TensorLayout {
+    /// The Hugging Face spelling every family here uses.
+    pub const STANDARD: TensorLayout = TensorLayout {
+        experts: &[".mlp.experts.", ".block_sparse_moe.experts."],
+        shared: &[
+            ".mlp.shared_expert.",
+            ".mlp.shared_experts.",
+            ".mlp.shared_expert_gate.",
+        ],
+        indexer: &[".self_attn.indexer."],
+    };
+}
+
+/// What a tensor of a checkpoint is, by its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TensorClass {
+    /// Resident: embeddings, norms, attention, dense MLPs, routers, the head.
+    Dense,
+    /// A routed expert's tensor (weights and their scales).
+    Expert {
+        /// Decoder layer.
+        layer: usize,
+        /// Expert index.
+        expert: usize,
+    },
+    /// A shared expert's tensor.
+    SharedExpert {
+        /// Decoder layer.
+        layer: usize,
+    },
+    /// DSA indexer.
+    Indexer {
+        /// Decoder layer.
+        layer: usize,
+    },
+    /// A multi-token-prediction layer (index >= `num_hidden_layers`): not used by coli.
+    Mtp {
+        /// Layer index.
+        layer: usize,
+    },
+}
+
+/// Classifies a tensor name of a family's checkpoint with `n_layers` decoder layers.
+pub fn classify(layout: &TensorLayout, name: &str, n_layers: usize) -> TensorClass {
+    let Some(rest) = name.strip_prefix("model.layers.") else {
+        return TensorClass::Dense;
+    };
+    let (layer, tail) = match rest.split_once('.') {
+        Some((l, t)) => match l.parse::<usize>() {
+            Ok(l) => (l, t),
+            Err(_) => return TensorClass::Dense,
+        },
+        None => return TensorClass::Dense,
+    };
+    if layer >= n_layers {
+        return TensorClass::Mtp { layer };
+    }
+    let tail = format!(".{tail}");
+    for infix in layout.experts {
+        if let Some(after) = tail.strip_prefix(infix) {
+            if let Some(Ok(expert)) = after.split_once('.').map(|(e, _)| e.parse::<usize>()) {
+                return TensorClass::Expert { layer, expert };
+            }
+        }
+    }
+    if layout.shared.iter().any(|i| tail.starts_with(i)) {
+        return TensorClass::SharedExpert { layer };
+    }
+    if layout.indexer.iter().any(|i| tail.starts_with(i)) {
+        return TensorClass::Indexer { layer };
+    }
+    TensorClass::Dense
 }
 
 /// The descriptor of a family, for the table.
@@ -49,6 +138,7 @@ pub const fn descriptor<F: Family>() -> FamilyDescriptor {
         model_types: F::MODEL_TYPES,
         display_name: F::DISPLAY_NAME,
         capabilities: F::CAPABILITIES,
+        layout: F::LAYOUT,
         load: F::load,
     }
 }
@@ -61,6 +151,8 @@ pub struct FamilyDescriptor {
     pub display_name: &'static str,
     /// Capabilities.
     pub capabilities: &'static [Capability],
+    /// Tensor name patterns.
+    pub layout: TensorLayout,
     /// Builds the model from an opened directory.
     pub load: fn(&ModelDir) -> Result<Transformer>,
 }
@@ -109,4 +201,53 @@ pub fn load_dir(dir: &ModelDir) -> Result<Transformer> {
 pub fn load(path: impl AsRef<Path>) -> Result<Transformer> {
     let dir = ModelDir::open(path)?;
     load_dir(&dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_the_tensor_kinds_of_every_family() {
+        let l = &TensorLayout::STANDARD;
+        let c = |n: &str| classify(l, n, 61);
+        assert_eq!(c("model.embed_tokens.weight"), TensorClass::Dense);
+        assert_eq!(c("lm_head.weight"), TensorClass::Dense);
+        assert_eq!(
+            c("model.layers.3.self_attn.kv_b_proj.weight"),
+            TensorClass::Dense
+        );
+        assert_eq!(c("model.layers.3.mlp.gate.weight"), TensorClass::Dense);
+        assert_eq!(
+            c("model.layers.3.mlp.experts.17.down_proj.weight_scale_inv"),
+            TensorClass::Expert {
+                layer: 3,
+                expert: 17
+            }
+        );
+        assert_eq!(
+            c("model.layers.0.block_sparse_moe.experts.7.w2.weight"),
+            TensorClass::Expert {
+                layer: 0,
+                expert: 7
+            }
+        );
+        assert_eq!(
+            c("model.layers.9.mlp.shared_experts.up_proj.weight"),
+            TensorClass::SharedExpert { layer: 9 }
+        );
+        assert_eq!(
+            c("model.layers.9.mlp.shared_expert_gate.weight"),
+            TensorClass::SharedExpert { layer: 9 }
+        );
+        assert_eq!(
+            c("model.layers.2.self_attn.indexer.wk.weight"),
+            TensorClass::Indexer { layer: 2 }
+        );
+        assert_eq!(
+            c("model.layers.61.eh_proj.weight"),
+            TensorClass::Mtp { layer: 61 }
+        );
+        assert_eq!(c("model.layers.x.mlp.experts.1.w"), TensorClass::Dense);
+    }
 }

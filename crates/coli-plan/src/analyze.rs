@@ -1,0 +1,300 @@
+//! `analyze_model`: a model directory's shard headers, validated and classified.
+//!
+//! The scan reads each shard's 8-byte length prefix and JSON header with `pread` and
+//! validates it (length bounds, offsets inside the file, known dtype, byte span = shape ×
+//! dtype size, no overlaps; no tensor in two shards). Each tensor is classified by the
+//! family registry's name layout (dense, routed expert of a layer, shared expert, DSA
+//! indexer, MTP layer) and the bytes are totalled.
+//!
+//! The result is cached in `.coli_analysis.json` beside the model, keyed on a signature:
+//! the format version and the (size, mtime_ns) of `config.json`, the index and every shard.
+//! A hit returns the stored result without reading any header; a changed file, a corrupt,
+//! truncated or foreign cache means a full scan (never an error); a directory that cannot
+//! be written keeps working uncached. Writes go to a temp file unique to the process and
+//! thread, are fsynced and renamed over the cache (temp removed on failure).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use coli_core::safetensors_header::{header_len, parse_header};
+use coli_core::{shard_files, CoreError, RawConfig};
+use coli_models::registry::{classify, lookup, FamilyDescriptor, TensorClass};
+use serde::{Deserialize, Serialize};
+
+/// The sidecar's file name.
+pub const SIDECAR: &str = ".coli_analysis.json";
+
+/// Version of the sidecar format (a different version is a miss).
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Full scans run by this process.
+pub static SCANS: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes and counts of one decoder layer's routed experts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpertLayer {
+    /// Decoder layer.
+    pub layer: usize,
+    /// Routed experts found.
+    pub experts: usize,
+    /// Their bytes (weights and scales).
+    pub bytes: u64,
+    /// The largest expert's bytes.
+    pub max_expert_bytes: u64,
+}
+
+/// One shard's facts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardSummary {
+    /// File name.
+    pub file: String,
+    /// File size.
+    pub bytes: u64,
+    /// Tensors in its header.
+    pub tensors: usize,
+}
+
+/// What a model is, from its headers. Only serializable facts: the live family descriptor
+/// is looked up again from `model_type` ([`Analysis::family`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Analysis {
+    /// `model_type` from config.json.
+    pub model_type: String,
+    /// The family's display name.
+    pub family_name: String,
+    /// Decoder layers (`num_hidden_layers`).
+    pub n_layers: usize,
+    /// Shards in order.
+    pub shards: Vec<ShardSummary>,
+    /// Tensors over all shards.
+    pub tensor_count: usize,
+    /// Bytes of every tensor.
+    pub model_bytes: u64,
+    /// Dense (resident) tensors: embeddings, attention, norms, dense MLPs, routers, head.
+    pub dense_bytes: u64,
+    /// Shared experts.
+    pub shared_expert_bytes: u64,
+    /// DSA indexer.
+    pub indexer_bytes: u64,
+    /// MTP layers (not loaded).
+    pub mtp_bytes: u64,
+    /// Routed experts, all layers.
+    pub expert_bytes: u64,
+    /// Routed experts per MoE layer.
+    pub expert_layers: Vec<ExpertLayer>,
+    /// Median bytes of one expert.
+    pub typical_expert_bytes: u64,
+    /// Largest expert.
+    pub max_expert_bytes: u64,
+}
+
+impl Analysis {
+    /// The live family descriptor.
+    pub fn family(&self) -> coli_models::Result<&'static FamilyDescriptor> {
+        lookup(&self.model_type)
+    }
+
+    /// Bytes that stay resident: dense, shared experts, indexer.
+    pub fn resident_bytes(&self) -> u64 {
+        self.dense_bytes + self.shared_expert_bytes + self.indexer_bytes
+    }
+}
+
+/// How [`analyze`] got its answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Read from a valid sidecar; no header was read.
+    Hit,
+    /// Scanned, and the sidecar was (re)written.
+    Stored,
+    /// Scanned; the sidecar could not be written (the reason).
+    Uncached(String),
+}
+
+/// Errors of the scan: the model itself is unreadable or invalid.
+pub type Result<T> = std::result::Result<T, String>;
+
+#[derive(Serialize, Deserialize)]
+struct Sidecar {
+    format_version: u32,
+    signature: Vec<FileStamp>,
+    analysis: Analysis,
+}
+
+/// (name, size, mtime in ns) of one file the analysis depends on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct FileStamp {
+    path: String,
+    size: u64,
+    mtime_ns: i128,
+}
+
+fn stamp(path: &Path) -> Result<FileStamp> {
+    let m = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(FileStamp {
+        path: path.display().to_string(),
+        size: m.len(),
+        mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+    })
+}
+
+/// The files the analysis depends on, stamped.
+fn signature(dir: &Path) -> Result<(Vec<PathBuf>, Vec<FileStamp>)> {
+    let (shards, _) = shard_files(dir).map_err(|e| e.to_string())?;
+    let mut files = vec![dir.join("config.json")];
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        files.push(index);
+    }
+    files.extend(shards.iter().cloned());
+    let sig = files.iter().map(|p| stamp(p)).collect::<Result<Vec<_>>>()?;
+    Ok((shards, sig))
+}
+
+/// Analyzes `dir`, from the sidecar when it is valid for the current files.
+pub fn analyze(dir: &Path) -> Result<(Analysis, CacheOutcome)> {
+    let (shards, sig) = signature(dir)?;
+    let path = dir.join(SIDECAR);
+    if let Some(a) = read_sidecar(&path, &sig) {
+        return Ok((a, CacheOutcome::Hit));
+    }
+    let analysis = scan(dir, &shards)?;
+    let outcome = match write_sidecar(&path, &sig, &analysis) {
+        Ok(()) => CacheOutcome::Stored,
+        Err(e) => CacheOutcome::Uncached(e),
+    };
+    Ok((analysis, outcome))
+}
+
+/// A full scan, ignoring and not touching the sidecar.
+pub fn analyze_uncached(dir: &Path) -> Result<Analysis> {
+    let (shards, _) = signature(dir)?;
+    scan(dir, &shards)
+}
+
+fn read_sidecar(path: &Path, sig: &[FileStamp]) -> Option<Analysis> {
+    let text = std::fs::read(path).ok()?;
+    let s: Sidecar = serde_json::from_slice(&text).ok()?;
+    (s.format_version == FORMAT_VERSION && s.signature == sig && s.analysis.family().is_ok())
+        .then_some(s.analysis)
+}
+
+/// Temp file beside `dest`, unique per process, thread and call; fsync; rename. The temp
+/// file is removed if anything fails.
+fn write_sidecar(path: &Path, sig: &[FileStamp], a: &Analysis) -> std::result::Result<(), String> {
+    let s = Sidecar {
+        format_version: FORMAT_VERSION,
+        signature: sig.to_vec(),
+        analysis: a.clone(),
+    };
+    let bytes = serde_json::to_vec(&s).map_err(|e| e.to_string())?;
+    coli_core::write::write_atomic(path, |w| w.write_all(&bytes)).map_err(|e| e.to_string())
+}
+
+/// Reads and validates one shard's header with pread (not a byte of payload).
+fn read_header(path: &Path) -> Result<coli_core::safetensors_header::Header> {
+    let bad = |m: String| format!("{}: invalid safetensors header: {m}", path.display());
+    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let len = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    let mut prefix = [0u8; 8];
+    let got = f
+        .read_at(&mut prefix, 0)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let n = header_len(&prefix[..got], len).map_err(bad)?;
+    let mut json = vec![0u8; n];
+    f.read_exact_at(&mut json, 8)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    parse_header(&json, len).map_err(bad)
+}
+
+fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
+    SCANS.fetch_add(1, Ordering::Relaxed);
+    let config = RawConfig::read(&dir.join("config.json")).map_err(|e| e.to_string())?;
+    let model_type = config.model_type().map_err(|e| e.to_string())?.to_string();
+    let family = lookup(&model_type).map_err(|e| e.to_string())?;
+    let n_layers = config
+        .value
+        .get("num_hidden_layers")
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| CoreError::Config {
+            path: config.path.clone(),
+            msg: "key \"num_hidden_layers\": missing or not a number".into(),
+        })
+        .map_err(|e| e.to_string())? as usize;
+    let mut a = Analysis {
+        model_type,
+        family_name: family.display_name.to_string(),
+        n_layers,
+        shards: Vec::new(),
+        tensor_count: 0,
+        model_bytes: 0,
+        dense_bytes: 0,
+        shared_expert_bytes: 0,
+        indexer_bytes: 0,
+        mtp_bytes: 0,
+        expert_bytes: 0,
+        expert_layers: Vec::new(),
+        typical_expert_bytes: 0,
+        max_expert_bytes: 0,
+    };
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut experts: BTreeMap<(usize, usize), u64> = BTreeMap::new();
+    for (i, path) in shards.iter().enumerate() {
+        let h = read_header(path)?;
+        for (name, e) in &h.tensors {
+            if let Some(prev) = seen.insert(name.clone(), i) {
+                return Err(format!(
+                    "{}: tensor \"{name}\" is also stored in {}",
+                    path.display(),
+                    shards[prev].display()
+                ));
+            }
+            let bytes = e.file_range.len() as u64;
+            a.model_bytes += bytes;
+            match classify(&family.layout, name, n_layers) {
+                TensorClass::Dense => a.dense_bytes += bytes,
+                TensorClass::Expert { layer, expert } => {
+                    *experts.entry((layer, expert)).or_insert(0) += bytes;
+                    a.expert_bytes += bytes;
+                }
+                TensorClass::SharedExpert { .. } => a.shared_expert_bytes += bytes,
+                TensorClass::Indexer { .. } => a.indexer_bytes += bytes,
+                TensorClass::Mtp { .. } => a.mtp_bytes += bytes,
+            }
+        }
+        a.tensor_count += h.tensors.len();
+        a.shards.push(ShardSummary {
+            file: path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+            tensors: h.tensors.len(),
+        });
+    }
+    let mut per_expert: Vec<u64> = experts.values().copied().collect();
+    per_expert.sort_unstable();
+    a.typical_expert_bytes = per_expert.get(per_expert.len() / 2).copied().unwrap_or(0);
+    a.max_expert_bytes = per_expert.last().copied().unwrap_or(0);
+    let mut layers: BTreeMap<usize, ExpertLayer> = BTreeMap::new();
+    for (&(layer, _), &b) in &experts {
+        let l = layers.entry(layer).or_insert(ExpertLayer {
+            layer,
+            experts: 0,
+            bytes: 0,
+            max_expert_bytes: 0,
+        });
+        l.experts += 1;
+        l.bytes += b;
+        l.max_expert_bytes = l.max_expert_bytes.max(b);
+    }
+    a.expert_layers = layers.into_values().collect();
+    Ok(a)
+}

@@ -1,0 +1,9 @@
+//! coli-plan: what a model is and what it needs, from its files' headers alone.
+//!
+//! * [`analyze`]: every shard header read and validated (never the payload), every tensor
+//!   classified through the family registry, totals by kind; cached in the model
+//!   directory's `.coli_analysis.json` sidecar keyed on the files' sizes and mtimes.
+
+pub mod analyze;
+
+pub use analyze::{analyze, analyze_uncached, Analysis, CacheOutcome};
