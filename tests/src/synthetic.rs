@@ -255,3 +255,110 @@ pub fn write_olmoe(
     })
     .map_err(io)
 }
+
+/// A GLM-5-sized census: `layers` decoder layers of `experts` FP8 experts (weight and
+/// `weight_scale_inv` for gate/up/down), MLA + indexer + shared experts, spread over
+/// `shards` files that hold only their headers — the payload is a hole (sparse file), so a
+/// ~750 GB model takes no disk. For benchmarking the header scan. Returns the tensor count.
+pub fn write_census(
+    dir: &Path,
+    layers: usize,
+    experts: usize,
+    shards: usize,
+) -> std::io::Result<usize> {
+    std::fs::create_dir_all(dir)?;
+    let (h, inter, q, kv) = (6144usize, 2048usize, 2048usize, 512usize);
+    let mut tensors: Vec<(String, &str, Vec<usize>)> = vec![
+        ("model.embed_tokens.weight".into(), "BF16", vec![154880, h]),
+        ("lm_head.weight".into(), "BF16", vec![154880, h]),
+        ("model.norm.weight".into(), "BF16", vec![h]),
+    ];
+    let blocks = |r: usize, c: usize| vec![r.div_ceil(128), c.div_ceil(128)];
+    for l in 0..layers {
+        let p = format!("model.layers.{l}");
+        for (n, r, c) in [
+            ("self_attn.q_a_proj", q, h),
+            ("self_attn.q_b_proj", 64 * 256, q),
+            ("self_attn.kv_a_proj_with_mqa", kv + 64, h),
+            ("self_attn.kv_b_proj", 64 * 448, kv),
+            ("self_attn.o_proj", h, 64 * 256),
+            ("self_attn.indexer.wq_b", 32 * 128, q),
+            ("self_attn.indexer.wk", 128, h),
+            ("mlp.shared_experts.gate_proj", inter, h),
+            ("mlp.shared_experts.up_proj", inter, h),
+            ("mlp.shared_experts.down_proj", h, inter),
+        ] {
+            tensors.push((format!("{p}.{n}.weight"), "F8_E4M3", vec![r, c]));
+            tensors.push((format!("{p}.{n}.weight_scale_inv"), "F32", blocks(r, c)));
+        }
+        for n in [
+            "input_layernorm",
+            "post_attention_layernorm",
+            "self_attn.q_a_layernorm",
+            "self_attn.kv_a_layernorm",
+        ] {
+            tensors.push((format!("{p}.{n}.weight"), "BF16", vec![h]));
+        }
+        tensors.push((format!("{p}.mlp.gate.weight"), "F32", vec![experts, h]));
+        tensors.push((
+            format!("{p}.mlp.gate.e_score_correction_bias"),
+            "F32",
+            vec![experts],
+        ));
+        for e in 0..experts {
+            for (n, r, c) in [
+                ("gate_proj", inter, h),
+                ("up_proj", inter, h),
+                ("down_proj", h, inter),
+            ] {
+                let name = format!("{p}.mlp.experts.{e}.{n}");
+                tensors.push((format!("{name}.weight"), "F8_E4M3", vec![r, c]));
+                tensors.push((format!("{name}.weight_scale_inv"), "F32", blocks(r, c)));
+            }
+        }
+    }
+    let count = tensors.len();
+    let per = count.div_ceil(shards);
+    let mut weight_map = BTreeMap::new();
+    for (i, chunk) in tensors.chunks(per).enumerate() {
+        let file = format!("model-{:05}-of-{shards:05}.safetensors", i + 1);
+        let mut header = serde_json::Map::new();
+        header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
+        let mut off = 0usize;
+        for (name, dtype, shape) in chunk {
+            let size = coli_core::safetensors_header::dtype_size(dtype).expect("dtype")
+                * shape.iter().product::<usize>();
+            header.insert(
+                name.clone(),
+                serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [off, off + size]}),
+            );
+            off += size;
+            weight_map.insert(name.clone(), file.clone());
+        }
+        let mut json = serde_json::to_vec(&serde_json::Value::Object(header)).expect("json");
+        while json.len() % 8 != 0 {
+            json.push(b' ');
+        }
+        let path = dir.join(&file);
+        let mut f = std::fs::File::create(&path)?;
+        use std::io::Write;
+        f.write_all(&(json.len() as u64).to_le_bytes())?;
+        f.write_all(&json)?;
+        f.set_len((8 + json.len() + off) as u64)?;
+    }
+    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+    std::fs::write(
+        dir.join("model.safetensors.index.json"),
+        serde_json::to_vec(&index).expect("json"),
+    )?;
+    let config = serde_json::json!({
+        "model_type": "glm_moe_dsa", "num_hidden_layers": layers, "hidden_size": h,
+        "n_routed_experts": experts, "num_experts_per_tok": 8, "vocab_size": 154880,
+        "coli_synthetic_census": true,
+    });
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_vec_pretty(&config).expect("json"),
+    )?;
+    Ok(count)
+}

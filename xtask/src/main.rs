@@ -22,11 +22,79 @@ fn main() -> ExitCode {
         "verify" => verify(),
         "test" => test(),
         "synth" => synth(&std::env::args().skip(2).collect::<Vec<_>>()),
+        "census" => census(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
             eprintln!("usage: cargo xtask verify | test | synth OUT [olmoe|small] [bf16|int8]");
             ExitCode::from(2)
         }
     }
+}
+
+/// The header-scan benchmark: a GLM-5-sized census (78 layers x 256 FP8 experts, ~120k
+/// tensors, 60 sparse shards holding only headers), then analyze_model without the sidecar
+/// (full scan) and with it (hit), interleaved, medians.
+fn census(args: &[String]) -> ExitCode {
+    let Some(dir) = args.first() else {
+        eprintln!("usage: cargo xtask census DIR [ROUNDS]");
+        return ExitCode::from(2);
+    };
+    let rounds: usize = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(7);
+    let dir = std::path::Path::new(dir);
+    if !dir.join("config.json").is_file() {
+        match coli_tests::synthetic::write_census(dir, 78, 256, 60) {
+            Ok(n) => eprintln!(
+                "census: {n} tensors in 60 sparse shards at {}",
+                dir.display()
+            ),
+            Err(e) => {
+                eprintln!("census: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let sidecar = dir.join(coli_plan::analyze::SIDECAR);
+    if std::env::var_os("COLI_CENSUS_PROFILE").is_some() {
+        let t = Instant::now();
+        let _ = coli_core::shard_files(dir);
+        eprintln!(
+            "shard_files (index.json): {:.1} ms",
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let _ = std::fs::remove_file(&sidecar);
+        let t = Instant::now();
+        let (a, o) = coli_plan::analyze(dir).expect("analysis");
+        cold.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_ne!(o, coli_plan::CacheOutcome::Hit);
+        let t = Instant::now();
+        let (b, o) = coli_plan::analyze(dir).expect("analysis");
+        warm.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(o, coli_plan::CacheOutcome::Hit);
+        assert_eq!(a, b);
+        if cold.len() == 1 {
+            eprintln!(
+                "census: {} tensors, {} shards, {:.1} GB of experts over {} layers",
+                a.tensor_count,
+                a.shards.len(),
+                a.expert_bytes as f64 / 1e9,
+                a.expert_layers.len()
+            );
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "analyze_model: full scan {:.1} ms, sidecar hit {:.2} ms (medians of {rounds} interleaved rounds; scan runs {:?}, hit runs {:?})",
+        median(&mut cold.clone()),
+        median(&mut warm.clone()),
+        cold.iter().map(|x| (x * 10.0).round() / 10.0).collect::<Vec<_>>(),
+        warm.iter().map(|x| (x * 100.0).round() / 100.0).collect::<Vec<_>>(),
+    );
+    ExitCode::SUCCESS
 }
 
 /// Writes a synthetic model (random weights, real names and config) for benchmarks.

@@ -192,10 +192,29 @@ pub fn make_resident(views: &[&TensorView]) -> Result<Vec<TensorView>> {
 /// `*.safetensors` file in name order.
 #[allow(clippy::type_complexity)]
 pub fn shard_files(path: &Path) -> Result<(Vec<PathBuf>, Option<HashMap<String, String>>)> {
+    shard_files_with(path, true)
+}
+
+/// [`shard_files`] without building the weight map: an index with a hundred thousand
+/// entries is read for its distinct file names only (no per-entry allocation).
+pub fn shard_paths(path: &Path) -> Result<Vec<PathBuf>> {
+    Ok(shard_files_with(path, false)?.0)
+}
+
+#[allow(clippy::type_complexity)]
+fn shard_files_with(
+    path: &Path,
+    with_map: bool,
+) -> Result<(Vec<PathBuf>, Option<HashMap<String, String>>)> {
     let search = search_dirs(path);
     let index_path = path.join("model.safetensors.index.json");
     Ok(if index_path.is_file() {
-        let (names, map) = read_index(&index_path)?;
+        let (names, map) = if with_map {
+            let (n, m) = read_index(&index_path)?;
+            (n, Some(m))
+        } else {
+            (index_file_names(&index_path)?, None)
+        };
         let paths = names
             .iter()
             .map(|n| {
@@ -207,7 +226,7 @@ pub fn shard_files(path: &Path) -> Result<(Vec<PathBuf>, Option<HashMap<String, 
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        (paths, Some(map))
+        (paths, map)
     } else if path.join("model.safetensors").is_file() {
         (vec![path.join("model.safetensors")], None)
     } else {
@@ -372,28 +391,97 @@ fn locate(file_name: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
 }
 
 /// Reads `model.safetensors.index.json`: the shard file names (sorted, unique) and the weight map.
+/// The distinct shard names of an index, sorted, validated as plain file names.
+fn index_file_names(path: &Path) -> Result<Vec<String>> {
+    struct Names(BTreeSet<String>);
+    impl<'de> serde::Deserialize<'de> for Names {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Names;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a weight_map object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut m: A,
+                ) -> std::result::Result<Names, A::Error> {
+                    let mut set = BTreeSet::new();
+                    while m.next_key::<serde::de::IgnoredAny>()?.is_some() {
+                        let file: std::borrow::Cow<'de, str> = m.next_value()?;
+                        if !set.contains(file.as_ref()) {
+                            set.insert(file.into_owned());
+                        }
+                    }
+                    Ok(Names(set))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct Index {
+        weight_map: Names,
+    }
+    let text = std::fs::read(path).map_err(|e| CoreError::io(path, e))?;
+    match serde_json::from_slice::<Index>(&text) {
+        Ok(i) => {
+            for file in &i.weight_map.0 {
+                if file.contains('/') || file.contains('\\') || file == ".." {
+                    return Err(index_err(
+                        path,
+                        format!("\"{file}\" is not a plain file name"),
+                    ));
+                }
+            }
+            Ok(i.weight_map.0.into_iter().collect())
+        }
+        // Not well-formed: the full parse says what is wrong.
+        Err(_) => read_index(path).map(|(names, _)| names),
+    }
+}
+
 fn read_index(path: &Path) -> Result<(Vec<String>, HashMap<String, String>)> {
-    let text = std::fs::read_to_string(path).map_err(|e| CoreError::io(path, e))?;
-    let v: Value =
-        serde_json::from_str(&text).map_err(|e| index_err(path, format!("not valid JSON: {e}")))?;
-    let map = v
-        .get("weight_map")
-        .and_then(Value::as_object)
-        .ok_or_else(|| index_err(path, "missing \"weight_map\" object".into()))?;
-    let mut weight_map = HashMap::new();
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        weight_map: HashMap<String, String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Loose {
+        weight_map: Option<HashMap<String, Value>>,
+    }
+    let text = std::fs::read(path).map_err(|e| CoreError::io(path, e))?;
+    // Well-formed indexes take the typed parse; anything else is parsed loosely to say
+    // what is wrong.
+    let map: HashMap<String, String> = match serde_json::from_slice::<Typed>(&text) {
+        Ok(t) => t.weight_map,
+        Err(_) => {
+            let v: Loose = serde_json::from_slice(&text)
+                .map_err(|e| index_err(path, format!("not valid JSON: {e}")))?;
+            let map = v
+                .weight_map
+                .ok_or_else(|| index_err(path, "missing \"weight_map\" object".into()))?;
+            let mut out = HashMap::with_capacity(map.len());
+            for (name, file) in map {
+                let file = file.as_str().ok_or_else(|| {
+                    index_err(path, format!("weight_map[\"{name}\"] is not a string"))
+                })?;
+                out.insert(name, file.to_string());
+            }
+            out
+        }
+    };
     let mut files = BTreeSet::new();
-    for (name, file) in map {
-        let file = file
-            .as_str()
-            .ok_or_else(|| index_err(path, format!("weight_map[\"{name}\"] is not a string")))?;
+    for (name, file) in &map {
         if file.contains('/') || file.contains('\\') || file == ".." {
             return Err(index_err(
                 path,
                 format!("weight_map[\"{name}\"] = \"{file}\" is not a plain file name"),
             ));
         }
-        files.insert(file.to_string());
-        weight_map.insert(name.clone(), file.to_string());
+        if !files.contains(file.as_str()) {
+            files.insert(file.clone());
+        }
     }
-    Ok((files.into_iter().collect(), weight_map))
+    Ok((files.into_iter().collect(), map))
 }

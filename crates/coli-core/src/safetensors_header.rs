@@ -69,21 +69,144 @@ pub fn header_len(prefix: &[u8], file_len: u64) -> Result<usize, String> {
     Ok(n as usize)
 }
 
-/// Parses and validates a header. `json` is the header text, `file_len` the whole file's size.
+/// Parses and validates a header's JSON (`json` = the `n` bytes after the length prefix)
+/// for a file of `file_len` bytes.
 pub fn parse_header(json: &[u8], file_len: u64) -> Result<Header, String> {
     let data_start = 8 + json.len();
     let data_len = (file_len as usize)
         .checked_sub(data_start)
         .ok_or("header runs past the end of the file")?;
     let text = std::str::from_utf8(json).map_err(|e| format!("header is not UTF-8: {e}"))?;
-    // The writer pads with spaces; trailing whitespace is fine for serde_json.
-    let root: Value =
-        serde_json::from_str(text).map_err(|e| format!("header is not valid JSON: {e}"))?;
-    let obj = root.as_object().ok_or("header is not a JSON object")?;
     let mut header = Header {
         data_start,
         ..Header::default()
     };
+    // Well-formed headers take the typed parse (no JSON tree per tensor); anything it
+    // rejects is parsed again generically, which names what is wrong.
+    match serde_json::from_str::<FastHeader>(text) {
+        Ok(fast) => {
+            header.metadata = fast.metadata;
+            for (name, e) in fast.tensors {
+                let entry = check_entry(
+                    &name,
+                    &e.dtype,
+                    e.shape,
+                    e.data_offsets,
+                    data_start,
+                    data_len,
+                )?;
+                header.tensors.insert(name, entry);
+            }
+        }
+        Err(_) => parse_generic(text, data_start, data_len, &mut header)?,
+    }
+    let mut spans: Vec<(&String, &Range<usize>)> = header
+        .tensors
+        .iter()
+        .map(|(n, e)| (n, &e.file_range))
+        .collect();
+    spans.sort_by_key(|(_, r)| (r.start, r.end));
+    for w in spans.windows(2) {
+        let ((a, ra), (b, rb)) = (w[0], w[1]);
+        if rb.start < ra.end && !ra.is_empty() && !rb.is_empty() {
+            return Err(format!(
+                "tensors \"{a}\" and \"{b}\" overlap in the data section"
+            ));
+        }
+    }
+    Ok(header)
+}
+
+/// The typed form of a well-formed header.
+struct FastHeader {
+    tensors: Vec<(String, FastEntry)>,
+    metadata: BTreeMap<String, String>,
+}
+
+#[derive(serde::Deserialize)]
+struct FastEntry {
+    dtype: String,
+    shape: Vec<usize>,
+    data_offsets: (u64, u64),
+}
+
+impl<'de> serde::Deserialize<'de> for FastHeader {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = FastHeader;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a safetensors header object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<FastHeader, A::Error> {
+                let mut h = FastHeader {
+                    tensors: Vec::with_capacity(m.size_hint().unwrap_or(0)),
+                    metadata: BTreeMap::new(),
+                };
+                while let Some(k) = m.next_key::<String>()? {
+                    if k == "__metadata__" {
+                        h.metadata = m.next_value()?;
+                    } else {
+                        h.tensors.push((k, m.next_value()?));
+                    }
+                }
+                Ok(h)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Checks one entry: known dtype, offsets inside the data section, span = shape × size.
+fn check_entry(
+    name: &str,
+    dtype: &str,
+    shape: Vec<usize>,
+    (begin, end): (u64, u64),
+    data_start: usize,
+    data_len: usize,
+) -> Result<HeaderEntry, String> {
+    let size =
+        dtype_size(dtype).ok_or_else(|| format!("tensor \"{name}\": unknown dtype \"{dtype}\""))?;
+    if begin > end || end > data_len as u64 {
+        return Err(format!(
+            "tensor \"{name}\": data_offsets [{begin}, {end}] lie outside the data section of {data_len} bytes"
+        ));
+    }
+    let numel = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| format!("tensor \"{name}\": shape {shape:?} overflows"))?;
+    let want = numel
+        .checked_mul(size)
+        .ok_or_else(|| format!("tensor \"{name}\": shape {shape:?} overflows"))?;
+    if (end - begin) as usize != want {
+        return Err(format!(
+            "tensor \"{name}\": {dtype} {shape:?} needs {want} bytes but data_offsets span {}",
+            end - begin
+        ));
+    }
+    Ok(HeaderEntry {
+        dtype: dtype.to_string(),
+        shape,
+        file_range: data_start + begin as usize..data_start + end as usize,
+    })
+}
+
+/// The generic parse of a header the typed parse rejected: names the first problem.
+fn parse_generic(
+    text: &str,
+    data_start: usize,
+    data_len: usize,
+    header: &mut Header,
+) -> Result<(), String> {
+    // The writer pads with spaces; trailing whitespace is fine for serde_json.
+    let root: Value =
+        serde_json::from_str(text).map_err(|e| format!("header is not valid JSON: {e}"))?;
+    let obj = root.as_object().ok_or("header is not a JSON object")?;
     for (name, entry) in obj {
         if name == "__metadata__" {
             let m = entry.as_object().ok_or("__metadata__ is not an object")?;
@@ -102,8 +225,6 @@ pub fn parse_header(json: &[u8], file_len: u64) -> Result<Header, String> {
             .get("dtype")
             .and_then(Value::as_str)
             .ok_or_else(|| format!("tensor \"{name}\": missing dtype"))?;
-        let size = dtype_size(dtype)
-            .ok_or_else(|| format!("tensor \"{name}\": unknown dtype \"{dtype}\""))?;
         let shape: Vec<usize> = e
             .get("shape")
             .and_then(Value::as_array)
@@ -119,7 +240,7 @@ pub fn parse_header(json: &[u8], file_len: u64) -> Result<Header, String> {
             .and_then(Value::as_array)
             .filter(|a| a.len() == 2)
             .ok_or_else(|| format!("tensor \"{name}\": data_offsets must be [begin, end]"))?;
-        let (begin, end) = match (offsets[0].as_u64(), offsets[1].as_u64()) {
+        let offsets = match (offsets[0].as_u64(), offsets[1].as_u64()) {
             (Some(b), Some(e)) => (b, e),
             _ => {
                 return Err(format!(
@@ -127,48 +248,10 @@ pub fn parse_header(json: &[u8], file_len: u64) -> Result<Header, String> {
                 ))
             }
         };
-        if begin > end || end > data_len as u64 {
-            return Err(format!(
-                "tensor \"{name}\": data_offsets [{begin}, {end}] lie outside the data section of {data_len} bytes"
-            ));
-        }
-        let numel = shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| format!("tensor \"{name}\": shape {shape:?} overflows"))?;
-        let want = numel
-            .checked_mul(size)
-            .ok_or_else(|| format!("tensor \"{name}\": shape {shape:?} overflows"))?;
-        if (end - begin) as usize != want {
-            return Err(format!(
-                "tensor \"{name}\": {dtype} {shape:?} needs {want} bytes but data_offsets span {}",
-                end - begin
-            ));
-        }
-        header.tensors.insert(
-            name.clone(),
-            HeaderEntry {
-                dtype: dtype.to_string(),
-                shape,
-                file_range: data_start + begin as usize..data_start + end as usize,
-            },
-        );
+        let entry = check_entry(name, dtype, shape, offsets, data_start, data_len)?;
+        header.tensors.insert(name.clone(), entry);
     }
-    let mut spans: Vec<(&String, &Range<usize>)> = header
-        .tensors
-        .iter()
-        .map(|(n, e)| (n, &e.file_range))
-        .collect();
-    spans.sort_by_key(|(_, r)| (r.start, r.end));
-    for w in spans.windows(2) {
-        let ((a, ra), (b, rb)) = (w[0], w[1]);
-        if rb.start < ra.end && !ra.is_empty() && !rb.is_empty() {
-            return Err(format!(
-                "tensors \"{a}\" and \"{b}\" overlap in the data section"
-            ));
-        }
-    }
-    Ok(header)
+    Ok(())
 }
 
 /// Validates a whole in-memory safetensors file.

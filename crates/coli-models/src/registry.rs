@@ -115,7 +115,8 @@ pub fn classify(layout: &TensorLayout, name: &str, n_layers: usize) -> TensorCla
     if layer >= n_layers {
         return TensorClass::Mtp { layer };
     }
-    let tail = format!(".{tail}");
+    // Infixes start with the '.' that ends the layer index.
+    let tail = &name[name.len() - tail.len() - 1..];
     for infix in layout.experts {
         if let Some(after) = tail.strip_prefix(infix) {
             if let Some(Ok(expert)) = after.split_once('.').map(|(e, _)| e.parse::<usize>()) {

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use coli_core::safetensors_header::{header_len, parse_header};
-use coli_core::{shard_files, CoreError, RawConfig};
+use coli_core::{shard_paths, CoreError, RawConfig};
 use coli_models::registry::{classify, lookup, FamilyDescriptor, TensorClass};
 use serde::{Deserialize, Serialize};
 
@@ -144,7 +144,7 @@ fn stamp(path: &Path) -> Result<FileStamp> {
 
 /// The files the analysis depends on, stamped.
 fn signature(dir: &Path) -> Result<(Vec<PathBuf>, Vec<FileStamp>)> {
-    let (shards, _) = shard_files(dir).map_err(|e| e.to_string())?;
+    let shards = shard_paths(dir).map_err(|e| e.to_string())?;
     let mut files = vec![dir.join("config.json")];
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
@@ -157,8 +157,11 @@ fn signature(dir: &Path) -> Result<(Vec<PathBuf>, Vec<FileStamp>)> {
 
 /// Analyzes `dir`, from the sidecar when it is valid for the current files.
 pub fn analyze(dir: &Path) -> Result<(Analysis, CacheOutcome)> {
-    let (shards, sig) = signature(dir)?;
     let path = dir.join(SIDECAR);
+    if let Some(a) = quick_hit(dir, &path) {
+        return Ok((a, CacheOutcome::Hit));
+    }
+    let (shards, sig) = signature(dir)?;
     if let Some(a) = read_sidecar(&path, &sig) {
         return Ok((a, CacheOutcome::Hit));
     }
@@ -174,6 +177,35 @@ pub fn analyze(dir: &Path) -> Result<(Analysis, CacheOutcome)> {
 pub fn analyze_uncached(dir: &Path) -> Result<Analysis> {
     let (shards, _) = signature(dir)?;
     scan(dir, &shards)
+}
+
+/// The hit path without reading the index: every file the sidecar's signature names still
+/// has its size and mtime, and the signature covers config.json and (if there is one) the
+/// index — an unchanged index means an unchanged shard list. Without an index the shard
+/// list comes from the directory listing (cheap) and must match too.
+fn quick_hit(dir: &Path, path: &Path) -> Option<Analysis> {
+    let text = std::fs::read(path).ok()?;
+    let s: Sidecar = serde_json::from_slice(&text).ok()?;
+    if s.format_version != FORMAT_VERSION || s.analysis.family().is_err() {
+        return None;
+    }
+    let index = dir.join("model.safetensors.index.json");
+    let named = |p: &Path| s.signature.iter().any(|f| Path::new(&f.path) == p);
+    if !named(&dir.join("config.json")) || index.is_file() != named(&index) {
+        return None;
+    }
+    if !index.is_file() {
+        let shards = shard_paths(dir).ok()?;
+        if shards.len() + 1 != s.signature.len() || !shards.iter().all(|p| named(p)) {
+            return None;
+        }
+    }
+    for f in &s.signature {
+        if stamp(Path::new(&f.path)).ok()? != *f {
+            return None;
+        }
+    }
+    Some(s.analysis)
 }
 
 fn read_sidecar(path: &Path, sig: &[FileStamp]) -> Option<Analysis> {
@@ -244,18 +276,31 @@ fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
         typical_expert_bytes: 0,
         max_expert_bytes: 0,
     };
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    // Headers are read and validated in parallel; the totals are summed in shard order.
+    use rayon::prelude::*;
+    let headers = shards
+        .par_iter()
+        .map(|p| read_header(p))
+        .collect::<Result<Vec<_>>>()?;
+    // No name in two shards: sort all names, compare neighbours (no hashing).
+    let mut names: Vec<(&str, usize)> = headers
+        .iter()
+        .enumerate()
+        .flat_map(|(i, h)| h.tensors.keys().map(move |n| (n.as_str(), i)))
+        .collect();
+    names.par_sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(format!(
+            "{}: tensor \"{}\" is also stored in {}",
+            shards[w[1].1].display(),
+            w[0].0,
+            shards[w[0].1].display()
+        ));
+    }
+    drop(names);
     let mut experts: BTreeMap<(usize, usize), u64> = BTreeMap::new();
-    for (i, path) in shards.iter().enumerate() {
-        let h = read_header(path)?;
+    for (path, h) in shards.iter().zip(&headers) {
         for (name, e) in &h.tensors {
-            if let Some(prev) = seen.insert(name.clone(), i) {
-                return Err(format!(
-                    "{}: tensor \"{name}\" is also stored in {}",
-                    path.display(),
-                    shards[prev].display()
-                ));
-            }
             let bytes = e.file_range.len() as u64;
             a.model_bytes += bytes;
             match classify(&family.layout, name, n_layers) {
