@@ -336,7 +336,7 @@ pub fn write_census(
             weight_map.insert(name.clone(), file.clone());
         }
         let mut json = serde_json::to_vec(&serde_json::Value::Object(header)).expect("json");
-        while json.len() % 8 != 0 {
+        while !json.len().is_multiple_of(8) {
             json.push(b' ');
         }
         let path = dir.join(&file);
