@@ -32,9 +32,28 @@ enum Command {
     Info(InfoArgs),
     /// Convert a Llama-architecture GGUF file into a model directory (bf16 safetensors).
     ImportGguf(ImportArgs),
+    /// Read-only readiness checks of a model directory (exit 1 if any check fails).
+    Doctor(DoctorArgs),
     /// Write a quantized container: experts int4/int8/bf16, dense bf16/int8, each expert's
     /// matrices adjacent (one read per expert).
     Convert(ConvertArgs),
+}
+
+#[derive(Args)]
+struct DoctorArgs {
+    /// Model directory. Default: $COLI_MODEL, else the demo model.
+    #[arg(long, env = "COLI_MODEL")]
+    model: Option<PathBuf>,
+    /// Also validate every header, the shard numbering, the index against the headers and
+    /// the family's required tensors.
+    #[arg(long)]
+    deep: bool,
+    /// RAM budget in GB (default: available memory).
+    #[arg(long)]
+    ram: Option<f64>,
+    /// Print the checks as JSON (`{"version": 1, "status", "checks": [{id, status, summary}]}`).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -229,6 +248,7 @@ fn main() -> ExitCode {
             Command::Eval(a) => cmd_eval(a),
             Command::Info(a) => cmd_info(a),
             Command::Convert(a) => cmd_convert(a),
+            Command::Doctor(a) => cmd_doctor(a),
             Command::ImportGguf(a) => {
                 coli_models::gguf_import::import_gguf(&a.gguf, &a.out, progress_bar("import"))
                     .map_err(|e| e.to_string())
@@ -237,6 +257,7 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(msg) if msg == DOCTOR_FOUND_ERRORS => ExitCode::from(1),
         Err(msg) => {
             eprintln!("coli: error: {msg}");
             ExitCode::from(2)
@@ -494,6 +515,45 @@ fn cmd_eval(a: EvalArgs) -> Result<(), String> {
         println!("tf_pred: {tf_pred:?}\nnll: {nll:.6}");
     }
     Ok(())
+}
+
+/// `cmd_doctor`'s way of asking for exit code 1 (errors found, already reported).
+const DOCTOR_FOUND_ERRORS: &str = "\u{0}doctor-found-errors";
+
+fn cmd_doctor(a: DoctorArgs) -> Result<(), String> {
+    use coli_plan::doctor::{run, Status};
+    let dir = match a.model {
+        Some(d) => d,
+        None => coli_models::demo::ensure_demo_model(progress_bar("demo model"))
+            .map_err(|e| e.to_string())?,
+    };
+    let ram = match a.ram {
+        Some(x) if x.is_finite() && x > 0.0 => Some((x * GB) as u64),
+        Some(x) => return Err(format!("--ram must be a positive number of GB, got {x}")),
+        None => None,
+    };
+    let checks = run(&dir, a.deep, ram);
+    let worst = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
+    if a.json {
+        println!(
+            "{}",
+            json!({"version": 1, "model": dir.display().to_string(), "status": worst, "checks": checks})
+        );
+    } else {
+        for c in &checks {
+            let tag = match c.status {
+                Status::Ok => "ok  ",
+                Status::Warning => "warn",
+                Status::Error => "FAIL",
+            };
+            println!("{tag} {:<10} {}", c.id, c.summary);
+        }
+    }
+    if worst == Status::Error {
+        Err(DOCTOR_FOUND_ERRORS.into())
+    } else {
+        Ok(())
+    }
 }
 
 fn cmd_convert(a: ConvertArgs) -> Result<(), String> {

@@ -689,3 +689,125 @@ fn an_interrupted_convert_leaves_no_output() {
         "refusing to overwrite",
     );
 }
+
+/// `coli doctor`: every check passes on a good sharded model; a corrupted header, a missing
+/// shard, a gap in the shard numbering and an index that disagrees each fail their own
+/// check with exit code 1; bad arguments exit 2.
+#[test]
+fn doctor_names_the_failing_check() {
+    let doctor = |dir: &Path| {
+        let out = coli(&["doctor", "--model", path_str(dir), "--deep", "--json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out.status.code(), v)
+    };
+    let status_of = |v: &Value, id: &str| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .map(|c| c["status"].as_str().unwrap().to_string())
+            .unwrap_or_default()
+    };
+    let t = copy_fixture("deepseek_v3_no_q_lora");
+    let (code, v) = doctor(t.path());
+    assert_eq!(code, Some(0), "{v}");
+    for id in [
+        "config",
+        "family",
+        "shards",
+        "ram",
+        "writable",
+        "headers",
+        "numbering",
+        "index",
+        "tensors",
+    ] {
+        assert_eq!(status_of(&v, id), "ok", "{id}: {v}");
+    }
+    let shard = |d: &Path, i: usize| d.join(format!("model-{i:05}-of-00004.safetensors"));
+    // A corrupted header.
+    let t = copy_fixture("deepseek_v3_no_q_lora");
+    let mut bytes = std::fs::read(shard(t.path(), 2)).unwrap();
+    bytes[8] = b'#';
+    std::fs::write(shard(t.path(), 2), bytes).unwrap();
+    let (code, v) = doctor(t.path());
+    assert_eq!(code, Some(1));
+    assert_eq!(status_of(&v, "headers"), "error", "{v}");
+    // A missing shard.
+    let t = copy_fixture("deepseek_v3_no_q_lora");
+    std::fs::remove_file(shard(t.path(), 3)).unwrap();
+    let (code, v) = doctor(t.path());
+    assert_eq!(code, Some(1));
+    assert_eq!(status_of(&v, "shards"), "error", "{v}");
+    // A gap in the numbering (no index; shard 3 renamed to 5).
+    let t = copy_fixture("deepseek_v3_no_q_lora");
+    std::fs::remove_file(t.path().join("model.safetensors.index.json")).unwrap();
+    std::fs::rename(shard(t.path(), 3), shard(t.path(), 5)).unwrap();
+    let (code, v) = doctor(t.path());
+    assert_eq!(code, Some(1));
+    assert_eq!(status_of(&v, "numbering"), "error", "{v}");
+    assert_eq!(status_of(&v, "tensors"), "ok", "{v}");
+    // An index that puts a tensor in the wrong shard.
+    let t = copy_fixture("deepseek_v3_no_q_lora");
+    edit_index(t.path());
+    let (code, v) = doctor(t.path());
+    assert_eq!(code, Some(1));
+    assert_eq!(status_of(&v, "index"), "error", "{v}");
+    expect_error(
+        &["doctor", "--model", path_str(t.path()), "--ram=-3"],
+        "--ram must be a positive",
+    );
+    let out = coli(&["doctor", "--bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// Moves the first weight_map entry to another shard.
+fn edit_index(dir: &Path) {
+    let p = dir.join("model.safetensors.index.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    let map = v["weight_map"].as_object_mut().unwrap();
+    let (name, file) = map
+        .iter()
+        .next()
+        .map(|(k, f)| (k.clone(), f.as_str().unwrap().to_string()))
+        .unwrap();
+    let other = if file.contains("00001") {
+        "model-00002-of-00004.safetensors"
+    } else {
+        "model-00001-of-00004.safetensors"
+    };
+    map.insert(name, other.into());
+    std::fs::write(&p, v.to_string()).unwrap();
+}
+
+/// Many processes analysing the same model at once (each writes the sidecar) leave one
+/// valid `.coli_analysis.json` and no temp files.
+#[test]
+fn concurrent_processes_leave_one_valid_analysis_cache() {
+    let t = copy_fixture("glm4_moe_group_mtp");
+    for _ in 0..3 {
+        let _ = std::fs::remove_file(t.path().join(".coli_analysis.json"));
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                Command::new(env!("CARGO_BIN_EXE_coli"))
+                    .args(["doctor", "--model", path_str(t.path())])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for mut c in children {
+            assert!(c.wait().unwrap().code().is_some_and(|c| c <= 1));
+        }
+        let (_, outcome) = coli_plan::analyze(t.path()).unwrap();
+        assert_eq!(outcome, coli_plan::CacheOutcome::Hit);
+        let leftovers: Vec<String> = std::fs::read_dir(t.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+}

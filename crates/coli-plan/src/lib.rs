@@ -3,7 +3,9 @@
 //! * [`analyze`]: every shard header read and validated (never the payload), every tensor
 //!   classified through the family registry, totals by kind; cached in the model
 //!   directory's `.coli_analysis.json` sidecar keyed on the files' sizes and mtimes.
+//! * [`doctor`]: read-only readiness checks (`coli doctor [--deep]`).
 
 pub mod analyze;
+pub mod doctor;
 
 pub use analyze::{analyze, analyze_uncached, Analysis, CacheOutcome};
