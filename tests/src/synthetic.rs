@@ -354,6 +354,9 @@ pub fn write_census(
     let config = serde_json::json!({
         "model_type": "glm_moe_dsa", "num_hidden_layers": layers, "hidden_size": h,
         "n_routed_experts": experts, "num_experts_per_tok": 8, "vocab_size": 154880,
+        "num_attention_heads": 64, "kv_lora_rank": kv, "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 192, "v_head_dim": 256, "index_head_dim": 128,
+        "moe_intermediate_size": inter, "intermediate_size": 12288,
         "coli_synthetic_census": true,
     });
     std::fs::write(

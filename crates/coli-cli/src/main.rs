@@ -32,11 +32,36 @@ enum Command {
     Info(InfoArgs),
     /// Convert a Llama-architecture GGUF file into a model directory (bf16 safetensors).
     ImportGguf(ImportArgs),
+    /// Will it run here, how fast, with which settings (from headers, config and measured
+    /// bandwidths).
+    Plan(PlanArgs),
     /// Read-only readiness checks of a model directory (exit 1 if any check fails).
     Doctor(DoctorArgs),
     /// Write a quantized container: experts int4/int8/bf16, dense bf16/int8, each expert's
     /// matrices adjacent (one read per expert).
     Convert(ConvertArgs),
+}
+
+#[derive(Args)]
+struct PlanArgs {
+    /// Model directory. Default: $COLI_MODEL, else the demo model.
+    #[arg(long, env = "COLI_MODEL")]
+    model: Option<PathBuf>,
+    /// RAM budget in GB (default: available memory).
+    #[arg(long)]
+    ram: Option<f64>,
+    /// Context length to budget the KV cache for.
+    #[arg(long, default_value_t = 4096)]
+    ctx: usize,
+    /// Concurrent sequences (one KV cache each).
+    #[arg(long, default_value_t = 1)]
+    kv_slots: usize,
+    /// Measure memory and disk bandwidth again instead of using the cached probe.
+    #[arg(long)]
+    reprobe: bool,
+    /// Print the plan as JSON (schema version 1; see README).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -249,6 +274,7 @@ fn main() -> ExitCode {
             Command::Info(a) => cmd_info(a),
             Command::Convert(a) => cmd_convert(a),
             Command::Doctor(a) => cmd_doctor(a),
+            Command::Plan(a) => cmd_plan(a),
             Command::ImportGguf(a) => {
                 coli_models::gguf_import::import_gguf(&a.gguf, &a.out, progress_bar("import"))
                     .map_err(|e| e.to_string())
@@ -513,6 +539,85 @@ fn cmd_eval(a: EvalArgs) -> Result<(), String> {
         println!("{v}");
     } else {
         println!("tf_pred: {tf_pred:?}\nnll: {nll:.6}");
+    }
+    Ok(())
+}
+
+fn cmd_plan(a: PlanArgs) -> Result<(), String> {
+    let dir = match a.model {
+        Some(d) => d,
+        None => coli_models::demo::ensure_demo_model(progress_bar("demo model"))
+            .map_err(|e| e.to_string())?,
+    };
+    let ram = match a.ram {
+        Some(x) if x.is_finite() && x > 0.0 => Some((x * GB) as u64),
+        Some(x) => return Err(format!("--ram must be a positive number of GB, got {x}")),
+        None => None,
+    };
+    if a.ctx == 0 || a.kv_slots == 0 {
+        return Err("--ctx and --kv-slots must be at least 1".into());
+    }
+    let req = coli_plan::plan::PlanRequest {
+        ram,
+        ctx: a.ctx,
+        kv_slots: a.kv_slots,
+    };
+    let p = coli_plan::plan::plan(&dir, &req, a.reprobe)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&p).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    let gb = |b: u64| format!("{:.2} GB", b as f64 / 1e9);
+    println!(
+        "{} ({}) in {} of RAM:",
+        p.family,
+        p.model_type,
+        gb(p.ram_bytes)
+    );
+    println!(
+        "  resident {}: weights {}, KV {} ({} x {} positions), working {}, runtime {}",
+        gb(p.resident_bytes),
+        gb(p.resident_weight_bytes),
+        gb(p.kv_bytes),
+        a.kv_slots,
+        a.ctx,
+        gb(p.working_bytes),
+        gb(p.runtime_reserve_bytes)
+    );
+    if p.moe_layers > 0 {
+        println!(
+            "  experts: {} layers x {} of {} each; cache {} = {} slots per layer; projected hit rate {:.1}% ({})",
+            p.moe_layers,
+            p.experts_per_layer,
+            gb(p.expert_bytes),
+            gb(p.expert_cache_bytes),
+            p.cap_per_layer,
+            p.projected_hit_rate * 100.0,
+            p.hit_rate_basis
+        );
+    }
+    println!(
+        "  per token: {} from RAM at {:.1} GB/s, {} from disk at {}; bottleneck: {}",
+        gb(p.ram_bytes_per_token),
+        p.probe.memory_gb_s,
+        gb(p.disk_bytes_per_token),
+        p.probe
+            .disk_gb_s
+            .map_or("unknown".to_string(), |d| format!("{d:.2} GB/s")),
+        p.bottleneck
+    );
+    match p.projected_decode_tok_s {
+        Some(t) => println!("  projected decode: {t:.2} tok/s"),
+        None => println!("  projected decode: none"),
+    }
+    if !p.settings.is_empty() {
+        println!("  settings: coli run {}", p.settings.join(" "));
+    }
+    for n in &p.notes {
+        println!("  note: {n}");
+    }
+    if !p.fits {
+        return Err("the model does not fit in this budget".into());
     }
     Ok(())
 }

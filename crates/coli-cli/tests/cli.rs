@@ -811,3 +811,44 @@ fn concurrent_processes_leave_one_valid_analysis_cache() {
         assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 }
+
+/// `coli plan`: a versioned JSON plan; a budget below the resident need exits 2 with the
+/// reason; bad arguments are refused.
+#[test]
+fn plan_reports_and_refuses() {
+    let t = copy_fixture("deepseek_v3_group_yarn");
+    let out = coli(&[
+        "plan",
+        "--model",
+        path_str(t.path()),
+        "--ram",
+        "1",
+        "--ctx",
+        "128",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = last_json(&out);
+    assert_eq!(v["version"], 1);
+    assert_eq!(v["family"], "DeepSeek-V3");
+    assert_eq!(v["fits"], true);
+    assert_eq!(v["cap_per_layer"], v["experts_per_layer"]);
+    assert!(v["projected_decode_tok_s"].as_f64().unwrap() > 0.0);
+    assert!(v["probe"]["memory_gb_s"].as_f64().unwrap() > 0.0);
+    let out = coli(&["plan", "--model", path_str(t.path()), "--ram", "0.000001"]);
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("needs at least"), "{text}");
+    expect_error(
+        &["plan", "--model", path_str(t.path()), "--ctx", "0"],
+        "--ctx and --kv-slots must be at least 1",
+    );
+    expect_error(
+        &["plan", "--model", path_str(t.path()), "--ram=-1"],
+        "--ram must be a positive",
+    );
+}

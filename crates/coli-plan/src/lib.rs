@@ -4,8 +4,10 @@
 //!   classified through the family registry, totals by kind; cached in the model
 //!   directory's `.coli_analysis.json` sidecar keyed on the files' sizes and mtimes.
 //! * [`doctor`]: read-only readiness checks (`coli doctor [--deep]`).
+//! * [`plan`]: memory, cache slots, projected hit rate, bottleneck and speed (`coli plan`).
 
 pub mod analyze;
 pub mod doctor;
+pub mod plan;
 
 pub use analyze::{analyze, analyze_uncached, Analysis, CacheOutcome};

@@ -1,0 +1,411 @@
+//! `coli plan`: will this model run here, how fast, with which settings — from the cached
+//! analysis, the config, this machine's measured memory and disk bandwidth, and the
+//! routing history when there is one.
+//!
+//! Memory: resident weights (dense, shared experts, indexer) + KV cache at the context
+//! asked for (f32, exactly as coli allocates it) + working buffers + expert-store buffers
+//! in flight + the family's measured process baseline; what remains of the RAM budget
+//! becomes expert cache slots per layer. Speed: per token, the resident bytes a decode step
+//! reads at the measured memory bandwidth plus the expert bytes that miss the cache at the
+//! measured disk bandwidth; the larger term is the bottleneck (compute is not modelled:
+//! decode at batch 1 is bandwidth-bound on these machines, see BENCHMARKS.md).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::analyze::{analyze, Analysis};
+
+/// Version of the `--json` schema.
+pub const PLAN_VERSION: u32 = 1;
+
+/// Process baseline measured per family: peak RSS of `coli run` on the family's tiny oracle
+/// fixture (weights < 0.5 MB), 4 tokens, 2026-11-30 — binary, libraries, thread stacks,
+/// tokenizer-free runtime. A family missing here is refused: no plausible-looking zero.
+const MEASURED_BASELINE: &[(&str, u64)] = &[
+    ("Llama", 7 << 20),
+    ("OLMoE", 9 << 20),
+    ("Qwen2-MoE", 9 << 20),
+    ("Qwen3-MoE", 10 << 20),
+    ("Mixtral", 9 << 20),
+    ("DeepSeek-V3", 8 << 20),
+    ("GLM-4.5-MoE", 9 << 20),
+    ("GLM-5", 11 << 20),
+];
+
+/// Expert buffers beyond the cache: reads in flight (4 I/O threads) and the buffer arena's
+/// granularity (8 per allocation).
+const STORE_EXTRA_BUFFERS: u64 = 12;
+
+/// Bandwidths of this machine (cached by [`probe`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Probe {
+    /// Read bandwidth of RAM, GB/s (parallel sum over 512 MiB, best of 3).
+    pub memory_gb_s: f64,
+    /// O_DIRECT random 4 MiB reads from the model's largest shard, GB/s; `None` when the
+    /// shard is sparse (a census) or cannot be read directly.
+    pub disk_gb_s: Option<f64>,
+    /// Where the disk figure was measured.
+    pub disk_file: Option<String>,
+}
+
+/// What the user asked for.
+#[derive(Clone, Debug)]
+pub struct PlanRequest {
+    /// RAM budget (default: MemAvailable).
+    pub ram: Option<u64>,
+    /// Context length to budget the KV cache for.
+    pub ctx: usize,
+    /// Concurrent sequences (KV caches).
+    pub kv_slots: usize,
+}
+
+/// The plan (`--json` schema version [`PLAN_VERSION`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    /// Schema version.
+    pub version: u32,
+    /// Family and type.
+    pub family: String,
+    /// `model_type`.
+    pub model_type: String,
+    /// RAM budget used.
+    pub ram_bytes: u64,
+    /// Dense + shared experts + indexer, as stored.
+    pub resident_weight_bytes: u64,
+    /// KV cache at `ctx` for `kv_slots` sequences.
+    pub kv_bytes: u64,
+    /// Scratch of a decode step at `ctx`.
+    pub working_bytes: u64,
+    /// Measured process baseline plus expert buffers in flight.
+    pub runtime_reserve_bytes: u64,
+    /// Everything but the expert cache.
+    pub resident_bytes: u64,
+    /// Bytes left for cached experts.
+    pub expert_cache_bytes: u64,
+    /// Layers with routed experts.
+    pub moe_layers: usize,
+    /// Experts per MoE layer.
+    pub experts_per_layer: usize,
+    /// Largest expert.
+    pub expert_bytes: u64,
+    /// Cache slots per layer the budget allows.
+    pub cap_per_layer: usize,
+    /// Experts per token per layer (`num_experts_per_tok`).
+    pub top_k: usize,
+    /// Projected share of expert requests served from RAM.
+    pub projected_hit_rate: f64,
+    /// How the hit rate was projected: "all cached", "routing history" or "uniform routing".
+    pub hit_rate_basis: String,
+    /// Bytes a decode step reads from RAM.
+    pub ram_bytes_per_token: u64,
+    /// Expert bytes a decode step reads from disk.
+    pub disk_bytes_per_token: u64,
+    /// "memory" or "disk".
+    pub bottleneck: String,
+    /// Projected decode tokens/s (`None` when the disk rate is unknown and experts miss).
+    pub projected_decode_tok_s: Option<f64>,
+    /// The measurements used.
+    pub probe: Probe,
+    /// `coli run` flags this plan would apply.
+    pub settings: Vec<String>,
+    /// Whether the model can run within the budget at all.
+    pub fits: bool,
+    /// Why not, or what to know.
+    pub notes: Vec<String>,
+}
+
+/// KV cache bytes per token (all layers), as coli allocates it (f32): GQA keys and values,
+/// or MLA's latent + rotary key, plus the DSA indexer's keys on its layers.
+pub fn kv_bytes_per_token(config: &coli_core::RawConfig) -> Result<u64, String> {
+    let v = &config.value;
+    let num = |k: &str| {
+        v.get(k)
+            .and_then(serde_json::Value::as_u64)
+            .map(|x| x as usize)
+    };
+    let need = |k: &str| num(k).ok_or_else(|| format!("config.json: key \"{k}\" missing"));
+    let layers = need("num_hidden_layers")?;
+    let per_layer = if let Some(rank) = num("kv_lora_rank") {
+        let mut w = rank + need("qk_rope_head_dim")?;
+        if let Some(ih) = num("index_head_dim") {
+            w += ih; // every layer is budgeted as running its own indexer (an upper bound)
+        }
+        w
+    } else {
+        let heads = need("num_attention_heads")?;
+        let kv = num("num_key_value_heads").unwrap_or(heads);
+        let hd = num("head_dim").unwrap_or(need("hidden_size")? / heads.max(1));
+        2 * kv * hd
+    };
+    Ok((layers * per_layer * 4) as u64)
+}
+
+/// Scratch of one decode step at `ctx` positions (an upper bound of `Scratch`): logits,
+/// 64 rows of attention scores, and the per-token activation buffers.
+fn working_bytes(config: &coli_core::RawConfig, ctx: usize) -> Result<u64, String> {
+    let v = &config.value;
+    let num = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0) as usize;
+    let (vocab, hidden) = (num("vocab_size"), num("hidden_size"));
+    if vocab == 0 || hidden == 0 {
+        return Err("config.json: vocab_size and hidden_size are needed".into());
+    }
+    let heads = num("num_attention_heads").max(1);
+    let wide = [
+        num("intermediate_size"),
+        num("moe_intermediate_size") * num("num_experts_per_tok").max(1),
+        heads * (num("kv_lora_rank") + num("qk_rope_head_dim") + num("v_head_dim")),
+        hidden * 4,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    Ok(((vocab + 64 * ctx + 16 * hidden + 4 * wide) * 4) as u64)
+}
+
+fn probe_path() -> PathBuf {
+    let base = std::env::var_os("COLI_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|x| PathBuf::from(x).join("coli")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/coli")))
+        .unwrap_or_else(|| PathBuf::from(".coli-cache"));
+    base.join("probe.json")
+}
+
+fn memory_gb_s() -> f64 {
+    use rayon::prelude::*;
+    // XOR of 64-bit words: vectorizes, so the loop runs at memory speed, not add latency.
+    let v = vec![1u64; 64 << 20];
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let s: u64 = v
+            .par_chunks(1 << 15)
+            .map(|c| c.iter().fold(0u64, |a, &x| a ^ x))
+            .reduce(|| 0, |a, b| a ^ b);
+        let secs = t.elapsed().as_secs_f64();
+        std::hint::black_box(s);
+        best = best.max(v.len() as f64 * 8.0 / secs / 1e9);
+    }
+    best
+}
+
+fn disk_gb_s(file: &Path) -> Option<f64> {
+    use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+    let meta = std::fs::metadata(file).ok()?;
+    if meta.blocks() * 512 < meta.len() / 2 {
+        return None; // sparse: reads of holes measure nothing
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(file)
+        .ok()?;
+    const CHUNK: usize = 4 << 20;
+    let n_chunks = (meta.len() as usize / CHUNK).max(1);
+    let mut buf = memmap2::MmapMut::map_anon(CHUNK).ok()?;
+    let (mut bytes, t, mut i) = (0u64, std::time::Instant::now(), 0usize);
+    while t.elapsed().as_secs_f64() < 0.3 && i < 256 {
+        let off = ((i * 7919) % n_chunks * CHUNK) as u64;
+        let got = f.read_at(&mut buf[..], off).ok()?;
+        if got == 0 {
+            break;
+        }
+        bytes += got as u64;
+        i += 1;
+    }
+    Some(bytes as f64 / t.elapsed().as_secs_f64() / 1e9)
+}
+
+/// The machine's bandwidths, measured once and cached (per largest-shard file for the disk).
+pub fn probe(analysis_dir: &Path, a: &Analysis, remeasure: bool) -> Probe {
+    let largest = a
+        .shards
+        .iter()
+        .max_by_key(|s| s.bytes)
+        .map(|s| analysis_dir.join(&s.file));
+    let path = probe_path();
+    if !remeasure {
+        if let Ok(text) = std::fs::read(&path) {
+            if let Ok(p) = serde_json::from_slice::<Probe>(&text) {
+                let same_disk = p.disk_file.as_deref()
+                    == largest.as_ref().map(|l| l.to_string_lossy()).as_deref();
+                if same_disk || p.disk_gb_s.is_none() && largest.is_none() {
+                    return p;
+                }
+            }
+        }
+    }
+    let p = Probe {
+        memory_gb_s: memory_gb_s(),
+        disk_gb_s: largest.as_deref().and_then(disk_gb_s),
+        disk_file: largest.map(|l| l.to_string_lossy().into_owned()),
+    };
+    if let Some(parent) = path.parent() {
+        let _ = std::fs::create_dir_all(parent);
+        let bytes = serde_json::to_vec(&p).unwrap_or_default();
+        let _ = coli_core::write::write_atomic(&path, |w| {
+            use std::io::Write;
+            w.write_all(&bytes)
+        });
+    }
+    p
+}
+
+/// Builds the plan for `dir`.
+pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan, String> {
+    let (a, _) = analyze(dir)?;
+    let family = a.family().map_err(|e| e.to_string())?;
+    let baseline = MEASURED_BASELINE
+        .iter()
+        .find(|(f, _)| *f == family.display_name)
+        .map(|(_, b)| *b)
+        .ok_or_else(|| {
+            format!(
+                "{}: runtime reserves not measured yet for this family; no plan rather than a guess",
+                family.display_name
+            )
+        })?;
+    let config = coli_core::RawConfig::read(&dir.join("config.json")).map_err(|e| e.to_string())?;
+    let ctx = req.ctx.max(1);
+    let kv = kv_bytes_per_token(&config)? * ctx as u64 * req.kv_slots.max(1) as u64;
+    let working = working_bytes(&config, ctx)?;
+    let top_k = config
+        .value
+        .get("num_experts_per_tok")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0) as usize;
+    let moe_layers = a.expert_layers.len();
+    let experts_per_layer = a.expert_layers.iter().map(|l| l.experts).max().unwrap_or(0);
+    let expert_bytes = a.max_expert_bytes;
+    let reserve = baseline
+        + if moe_layers > 0 {
+            STORE_EXTRA_BUFFERS * expert_bytes
+        } else {
+            0
+        };
+    let resident = a.resident_bytes() + kv + working + reserve;
+    let ram = req
+        .ram
+        .or_else(coli_models::expert_store::available_memory)
+        .ok_or("available memory unknown; pass --ram")?;
+    let mut notes = Vec::new();
+    let fits =
+        resident <= ram && (moe_layers == 0 || ram - resident >= moe_layers as u64 * expert_bytes);
+    if !fits {
+        notes.push(format!(
+            "needs at least {:.2} GB (resident {:.2} GB + one expert slot per layer); budget {:.2} GB",
+            (resident + moe_layers as u64 * expert_bytes) as f64 / 1e9,
+            resident as f64 / 1e9,
+            ram as f64 / 1e9
+        ));
+    }
+    let cache_bytes = ram.saturating_sub(resident);
+    let per_slot = (moe_layers as u64 * expert_bytes).max(1);
+    let cap = ((cache_bytes / per_slot) as usize).min(experts_per_layer);
+    // Hit rate: every expert cached; else the routing history's top-`cap` share per layer;
+    // else uniform routing.
+    let (hit, basis) = if moe_layers == 0 || cap >= experts_per_layer {
+        (1.0, "all cached".to_string())
+    } else {
+        let history = coli_models::usage::read(dir);
+        if history.is_empty() {
+            (
+                cap as f64 / experts_per_layer.max(1) as f64,
+                "uniform routing".into(),
+            )
+        } else {
+            let mut covered = 0u64;
+            let mut total = 0u64;
+            for l in &a.expert_layers {
+                let mut counts: Vec<u64> = history
+                    .iter()
+                    .filter(|((layer, _), _)| *layer == l.layer)
+                    .map(|(_, &c)| c)
+                    .collect();
+                counts.sort_unstable_by(|x, y| y.cmp(x));
+                total += counts.iter().sum::<u64>();
+                covered += counts.iter().take(cap).sum::<u64>();
+            }
+            (
+                covered as f64 / total.max(1) as f64,
+                "routing history (.coli_usage)".into(),
+            )
+        }
+    };
+    let embed_rows = config
+        .value
+        .get("vocab_size")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    let hidden = config
+        .value
+        .get("hidden_size")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    // A decode step reads every resident weight but the embedding table (one row of it).
+    let embed_bytes = embed_rows * hidden * 2;
+    let active_experts = (top_k * moe_layers) as u64 * expert_bytes;
+    let ram_per_token = a.resident_bytes().saturating_sub(embed_bytes) + active_experts;
+    let disk_per_token = ((1.0 - hit) * active_experts as f64) as u64;
+    let probe = probe(dir, &a, remeasure);
+    let t_mem = ram_per_token as f64 / (probe.memory_gb_s * 1e9);
+    let t_disk = probe.disk_gb_s.map(|d| disk_per_token as f64 / (d * 1e9));
+    let bottleneck = match t_disk {
+        Some(td) if td > t_mem => "disk",
+        None if disk_per_token > 0 => "disk",
+        _ => "memory",
+    };
+    let tok_s = match t_disk {
+        Some(td) => Some(1.0 / (t_mem + td)),
+        None if disk_per_token == 0 => Some(1.0 / t_mem),
+        None => {
+            notes.push(
+                "disk bandwidth unknown (sparse or unreadable shards): no speed projection".into(),
+            );
+            None
+        }
+    };
+    notes.push(
+        "compute is not modelled: quantized experts (int8/int4/FP8) are dequantized on the fly and can be slower than memory (BENCHMARKS.md)".into(),
+    );
+    let mut settings = vec![];
+    if moe_layers > 0 {
+        settings.push(format!("--cap {}", cap.max(1)));
+        if cap < experts_per_layer {
+            settings.push("--direct".into());
+            settings.push("--prefetch on".into());
+        }
+    }
+    Ok(Plan {
+        version: PLAN_VERSION,
+        family: family.display_name.to_string(),
+        model_type: a.model_type.clone(),
+        ram_bytes: ram,
+        resident_weight_bytes: a.resident_bytes(),
+        kv_bytes: kv,
+        working_bytes: working,
+        runtime_reserve_bytes: reserve,
+        resident_bytes: resident,
+        expert_cache_bytes: if moe_layers > 0 {
+            cap as u64 * per_slot
+        } else {
+            0
+        },
+        moe_layers,
+        experts_per_layer,
+        expert_bytes,
+        cap_per_layer: cap,
+        top_k,
+        projected_hit_rate: hit,
+        hit_rate_basis: basis,
+        ram_bytes_per_token: ram_per_token,
+        disk_bytes_per_token: disk_per_token,
+        bottleneck: bottleneck.into(),
+        projected_decode_tok_s: if fits { tok_s } else { None },
+        probe,
+        settings,
+        fits,
+        notes,
+    })
+}
