@@ -35,6 +35,10 @@ enum Command {
     /// Will it run here, how fast, with which settings (from headers, config and measured
     /// bandwidths).
     Plan(PlanArgs),
+    /// Measure settings (threads, prefetch, O_DIRECT) on a calibration prompt; keep the
+    /// fastest whose tokens equal the baseline's if it gains enough; save the profile that
+    /// `coli run --auto-tier` applies.
+    Tune(TuneArgs),
     /// Read-only readiness checks of a model directory (exit 1 if any check fails).
     Doctor(DoctorArgs),
     /// Write a quantized container: experts int4/int8/bf16, dense bf16/int8, each expert's
@@ -60,6 +64,31 @@ struct PlanArgs {
     #[arg(long)]
     reprobe: bool,
     /// Print the plan as JSON (schema version 1; see README).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct TuneArgs {
+    /// Model directory. Default: $COLI_MODEL, else the demo model.
+    #[arg(long, env = "COLI_MODEL")]
+    model: Option<PathBuf>,
+    /// Calibration prompt ids (default: 16 fixed ids).
+    #[arg(long, value_delimiter = ',')]
+    prompt_ids: Option<Vec<u32>>,
+    /// Decode tokens per trial.
+    #[arg(long, default_value_t = 16)]
+    tokens: usize,
+    /// Interleaved rounds (each candidate's best counts).
+    #[arg(long, default_value_t = 2)]
+    runs: usize,
+    /// Minimum gain over the baseline to adopt a candidate (0.05 = 5%).
+    #[arg(long, default_value_t = 0.05)]
+    min_gain: f64,
+    /// Cached experts per layer during the trials (default: what `coli plan` gives).
+    #[arg(long)]
+    cap: Option<usize>,
+    /// Print the trials and the profile as JSON.
     #[arg(long)]
     json: bool,
 }
@@ -119,11 +148,15 @@ struct ModelArg {
     /// Read experts with O_DIRECT (bypass the page cache).
     #[arg(long)]
     direct: bool,
-    /// Expert reads ahead of use: "on" reads a layer's missing experts in parallel and
-    /// guesses the next layer's while this one computes; "layer" only the former; "off"
+    /// Expert reads ahead of use: "on" (default) reads a layer's missing experts in parallel
+    /// and guesses the next layer's while this one computes; "layer" only the former; "off"
     /// reads each expert when it is needed.
-    #[arg(long, value_name = "on|layer|off", default_value = "on")]
-    prefetch: String,
+    #[arg(long, value_name = "on|layer|off")]
+    prefetch: Option<String>,
+    /// Apply `coli plan`'s cache size and the saved `coli tune` profile for this machine,
+    /// model and engine; flags given explicitly win.
+    #[arg(long)]
+    auto_tier: bool,
     /// Pin this many GB of the historically hottest experts (from .coli_usage) at start.
     #[arg(long, value_name = "GB", default_value_t = 0.0)]
     pin: f64,
@@ -136,7 +169,12 @@ struct ModelArg {
 const GB: f64 = 1e9;
 
 /// The placement the flags ask for.
-fn placement(m: &ModelArg) -> Result<Placement, String> {
+fn placement(m: &ModelArg, dir: &std::path::Path) -> Result<Placement, String> {
+    let profile = if m.auto_tier {
+        coli_plan::tune::load_profile(dir)
+    } else {
+        None
+    };
     let gb = |flag: &str, v: f64| {
         if v.is_finite() && v >= 0.0 {
             Ok((v * GB) as u64)
@@ -149,6 +187,17 @@ fn placement(m: &ModelArg) -> Result<Placement, String> {
     let cache = match (m.cap, m.expert_cache.as_deref()) {
         (Some(0), _) => return Err("--cap must be at least 1".into()),
         (Some(n), _) => CacheSize::Slots(n),
+        (None, None) if m.auto_tier => {
+            let req = coli_plan::plan::PlanRequest {
+                ram: None,
+                ctx: 4096,
+                kv_slots: 1,
+            };
+            match coli_plan::plan::plan(dir, &req, false) {
+                Ok(p) if p.moe_layers > 0 => CacheSize::Slots(p.cap_per_layer.max(1)),
+                _ => CacheSize::Auto,
+            }
+        }
         (None, None) => CacheSize::Auto,
         (None, Some("all")) => CacheSize::Slots(usize::MAX),
         (None, Some("off")) => CacheSize::Off,
@@ -159,7 +208,12 @@ fn placement(m: &ModelArg) -> Result<Placement, String> {
             CacheSize::Bytes(gb("--expert-cache", x)?)
         }
     };
-    let (prefetch, speculate) = match m.prefetch.as_str() {
+    let chosen = m
+        .prefetch
+        .clone()
+        .or_else(|| profile.as_ref().map(|p| p.settings.prefetch.clone()))
+        .unwrap_or_else(|| "on".into());
+    let (prefetch, speculate) = match chosen.as_str() {
         "on" => (true, true),
         "layer" => (true, false),
         "off" => (false, false),
@@ -167,7 +221,7 @@ fn placement(m: &ModelArg) -> Result<Placement, String> {
     };
     Ok(Placement {
         cache,
-        direct: m.direct,
+        direct: m.direct || profile.as_ref().is_some_and(|p| p.settings.direct),
         prefetch,
         speculate,
         pin_bytes: gb("--pin", m.pin)?,
@@ -261,8 +315,8 @@ pub fn progress_bar(label: &'static str) -> impl FnMut(usize, usize) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let threads = match &cli.command {
-        Command::Run(a) => a.m.threads,
-        Command::Eval(a) => a.m.threads,
+        Command::Run(a) => auto_threads(&a.m),
+        Command::Eval(a) => auto_threads(&a.m),
         _ => None,
     };
     // All work runs on a worker of one pool: its parallel loops then use the workers' own
@@ -275,6 +329,7 @@ fn main() -> ExitCode {
             Command::Convert(a) => cmd_convert(a),
             Command::Doctor(a) => cmd_doctor(a),
             Command::Plan(a) => cmd_plan(a),
+            Command::Tune(a) => cmd_tune(a),
             Command::ImportGguf(a) => {
                 coli_models::gguf_import::import_gguf(&a.gguf, &a.out, progress_bar("import"))
                     .map_err(|e| e.to_string())
@@ -289,6 +344,17 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `--threads`, else (with `--auto-tier`) the tuned profile's.
+fn auto_threads(m: &ModelArg) -> Option<usize> {
+    m.threads.or_else(|| {
+        let dir = m.model.as_ref()?;
+        m.auto_tier
+            .then(|| coli_plan::tune::load_profile(dir))
+            .flatten()
+            .map(|p| p.settings.threads)
+    })
 }
 
 fn build_pool(threads: Option<usize>) -> Result<rayon::ThreadPool, String> {
@@ -309,15 +375,16 @@ fn model_dir(m: &ModelArg) -> Result<PathBuf, String> {
     }
 }
 
-fn load(m: &ModelArg) -> Result<(PathBuf, coli_models::Transformer, f64), String> {
+/// The model directory, the loaded and placed model, the placement used, load seconds.
+fn load(m: &ModelArg) -> Result<(PathBuf, coli_models::Transformer, Placement, f64), String> {
     let dir = model_dir(m)?;
     let t0 = Instant::now();
-    let placement = placement(m)?;
+    let placement = placement(m, &dir)?;
     let mut model = registry::load(&dir).map_err(|e| e.to_string())?;
     model
         .place_experts(&dir, &placement)
         .map_err(|e| e.to_string())?;
-    Ok((dir, model, t0.elapsed().as_secs_f64()))
+    Ok((dir, model, placement, t0.elapsed().as_secs_f64()))
 }
 
 /// Expert-store figures of a run (`None` without a store). Decode-phase figures (from the
@@ -380,7 +447,7 @@ fn save_usage(model: &coli_models::Transformer, dir: &std::path::Path, skip: boo
 }
 
 fn cmd_run(a: RunArgs) -> Result<(), String> {
-    let (dir, model, load_s) = load(&a.m)?;
+    let (dir, model, placed, load_s) = load(&a.m)?;
     let tokenizer = if a.prompt_ids.is_some() && !dir.join("tokenizer.json").is_file() {
         None
     } else {
@@ -471,6 +538,11 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
             }
         });
         let mut v = v;
+        v["stats"]["placement"] = json!({
+            "threads": rayon::current_num_threads(),
+            "prefetch": placed.prefetch_mode(),
+            "direct": placed.direct,
+        });
         if let Some(serde_json::Value::Object(e)) = experts {
             if let Some(serde_json::Value::Object(stats)) = v.get_mut("stats") {
                 stats.extend(e);
@@ -505,7 +577,7 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
 }
 
 fn cmd_eval(a: EvalArgs) -> Result<(), String> {
-    let (_dir, model, _load_s) = load(&a.m)?;
+    let (_dir, model, _placed, _load_s) = load(&a.m)?;
     let ids = &a.ids;
     let vocab = model.info.vocab_size;
     let mut session = Session::new(&model, ids.len());
@@ -539,6 +611,70 @@ fn cmd_eval(a: EvalArgs) -> Result<(), String> {
         println!("{v}");
     } else {
         println!("tf_pred: {tf_pred:?}\nnll: {nll:.6}");
+    }
+    Ok(())
+}
+
+fn cmd_tune(a: TuneArgs) -> Result<(), String> {
+    let dir = match a.model {
+        Some(d) => d,
+        None => coli_models::demo::ensure_demo_model(progress_bar("demo model"))
+            .map_err(|e| e.to_string())?,
+    };
+    if a.tokens < 2 || a.runs == 0 || !(a.min_gain.is_finite() && a.min_gain >= 0.0) {
+        return Err("--tokens must be at least 2, --runs at least 1, --min-gain >= 0".into());
+    }
+    let cache = match a.cap {
+        Some(0) => return Err("--cap must be at least 1".into()),
+        Some(n) => CacheSize::Slots(n),
+        None => {
+            let req = coli_plan::plan::PlanRequest {
+                ram: None,
+                ctx: 4096,
+                kv_slots: 1,
+            };
+            match coli_plan::plan::plan(&dir, &req, false) {
+                Ok(p) if p.moe_layers > 0 => CacheSize::Slots(p.cap_per_layer.max(1)),
+                _ => CacheSize::Auto,
+            }
+        }
+    };
+    let prompt = a
+        .prompt_ids
+        .unwrap_or_else(|| (0..16).map(|i| 1 + i * 7).collect());
+    let (profile, trials) =
+        coli_plan::tune::tune(&dir, cache, &prompt, a.tokens, a.runs, a.min_gain, |msg| {
+            eprintln!("tune: {msg}")
+        })?;
+    if a.json {
+        println!(
+            "{}",
+            json!({"version": 1, "profile": profile, "trials": trials})
+        );
+    } else {
+        for t in &trials {
+            println!(
+                "{:>8.2} tok/s  threads {} prefetch {:<5} direct {:<5} {}",
+                t.tok_s,
+                t.settings.threads,
+                t.settings.prefetch,
+                t.settings.direct,
+                if t.same_tokens {
+                    ""
+                } else {
+                    "DISQUALIFIED: tokens differ"
+                }
+            );
+        }
+        println!(
+            "profile {}: threads {} prefetch {} direct {} ({:.2} vs baseline {:.2} tok/s); applied by coli run --auto-tier",
+            profile.fingerprint,
+            profile.settings.threads,
+            profile.settings.prefetch,
+            profile.settings.direct,
+            profile.tuned_tok_s,
+            profile.baseline_tok_s
+        );
     }
     Ok(())
 }

@@ -852,3 +852,86 @@ fn plan_reports_and_refuses() {
         "--ram must be a positive",
     );
 }
+
+/// `coli tune` saves a profile under $XDG_CONFIG_HOME/coli/tuning/<fingerprint>.json whose
+/// trials all kept the baseline's tokens; `coli run --auto-tier` applies it (explicit
+/// flags win); touching the model's files changes the fingerprint, so the profile no
+/// longer applies.
+#[test]
+fn tune_saves_a_profile_that_auto_tier_applies() {
+    let t = copy_fixture("olmoe_gqa_clip");
+    let cfg = tempfile::tempdir().unwrap();
+    let with_cfg = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_coli"))
+            .args(args)
+            .env("XDG_CONFIG_HOME", cfg.path())
+            .env("COLI_NO_USAGE", "1")
+            .env_remove("COLI_MODEL")
+            .output()
+            .unwrap()
+    };
+    let out = with_cfg(&[
+        "tune",
+        "--model",
+        path_str(t.path()),
+        "--tokens",
+        "6",
+        "--runs",
+        "1",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = last_json(&out);
+    let trials = v["trials"].as_array().unwrap();
+    assert!(trials.len() >= 10);
+    assert!(trials.iter().all(|t| t["same_tokens"] == true), "{v}");
+    let fp = v["profile"]["fingerprint"].as_str().unwrap().to_string();
+    let saved = cfg.path().join(format!("coli/tuning/{fp}.json"));
+    assert!(saved.is_file());
+    // Pin the profile to something recognisable and check --auto-tier applies it.
+    let mut p: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
+    p["settings"] = serde_json::json!({"threads": 1, "prefetch": "layer", "direct": true});
+    std::fs::write(&saved, p.to_string()).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--model",
+            path_str(t.path()),
+            "--prompt-ids",
+            "1,2,3",
+            "--max-tokens",
+            "3",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = with_cfg(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        last_json(&out)["stats"]["placement"].clone()
+    };
+    assert_eq!(
+        run(&["--auto-tier"]),
+        serde_json::json!({"threads": 1, "prefetch": "layer", "direct": true})
+    );
+    assert_eq!(
+        run(&["--auto-tier", "--prefetch", "off", "--threads", "2"]),
+        serde_json::json!({"threads": 2, "prefetch": "off", "direct": true})
+    );
+    assert_eq!(run(&[])["prefetch"], "on");
+    // A changed model file: the profile is for another revision.
+    let f = std::fs::File::options()
+        .write(true)
+        .open(t.path().join("config.json"))
+        .unwrap();
+    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(9))
+        .unwrap();
+    drop(f);
+    assert_eq!(run(&["--auto-tier"])["prefetch"], "on");
+}

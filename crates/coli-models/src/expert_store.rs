@@ -898,6 +898,17 @@ pub struct Placement {
     pub pin_bytes: u64,
 }
 
+impl Placement {
+    /// The `--prefetch` spelling of this placement.
+    pub fn prefetch_mode(&self) -> &'static str {
+        match (self.prefetch, self.speculate) {
+            (false, _) => "off",
+            (true, false) => "layer",
+            (true, true) => "on",
+        }
+    }
+}
+
 impl Default for Placement {
     fn default() -> Self {
         Placement {

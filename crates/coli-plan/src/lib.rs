@@ -5,9 +5,11 @@
 //!   directory's `.coli_analysis.json` sidecar keyed on the files' sizes and mtimes.
 //! * [`doctor`]: read-only readiness checks (`coli doctor [--deep]`).
 //! * [`plan`]: memory, cache slots, projected hit rate, bottleneck and speed (`coli plan`).
+//! * [`tune`]: measured settings, token-checked, saved per machine/model/engine (`coli tune`).
 
 pub mod analyze;
 pub mod doctor;
 pub mod plan;
+pub mod tune;
 
 pub use analyze::{analyze, analyze_uncached, Analysis, CacheOutcome};
