@@ -284,6 +284,7 @@ pub fn write_census(
             ("self_attn.o_proj", h, 64 * 256),
             ("self_attn.indexer.wq_b", 32 * 128, q),
             ("self_attn.indexer.wk", 128, h),
+            ("self_attn.indexer.weights_proj", 32, h),
             ("mlp.shared_experts.gate_proj", inter, h),
             ("mlp.shared_experts.up_proj", inter, h),
             ("mlp.shared_experts.down_proj", h, inter),
@@ -291,13 +292,15 @@ pub fn write_census(
             tensors.push((format!("{p}.{n}.weight"), "F8_E4M3", vec![r, c]));
             tensors.push((format!("{p}.{n}.weight_scale_inv"), "F32", blocks(r, c)));
         }
-        for n in [
-            "input_layernorm",
-            "post_attention_layernorm",
-            "self_attn.q_a_layernorm",
-            "self_attn.kv_a_layernorm",
+        for (n, len) in [
+            ("input_layernorm.weight", h),
+            ("post_attention_layernorm.weight", h),
+            ("self_attn.q_a_layernorm.weight", q),
+            ("self_attn.kv_a_layernorm.weight", kv),
+            ("self_attn.indexer.k_norm.weight", 128),
+            ("self_attn.indexer.k_norm.bias", 128),
         ] {
-            tensors.push((format!("{p}.{n}.weight"), "BF16", vec![h]));
+            tensors.push((format!("{p}.{n}"), "BF16", vec![len]));
         }
         tensors.push((format!("{p}.mlp.gate.weight"), "F32", vec![experts, h]));
         tensors.push((
@@ -354,9 +357,13 @@ pub fn write_census(
     let config = serde_json::json!({
         "model_type": "glm_moe_dsa", "num_hidden_layers": layers, "hidden_size": h,
         "n_routed_experts": experts, "num_experts_per_tok": 8, "vocab_size": 154880,
-        "num_attention_heads": 64, "kv_lora_rank": kv, "qk_rope_head_dim": 64,
-        "qk_nope_head_dim": 192, "v_head_dim": 256, "index_head_dim": 128,
-        "moe_intermediate_size": inter, "intermediate_size": 12288,
+        "num_attention_heads": 64, "kv_lora_rank": kv, "q_lora_rank": q, "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 192, "v_head_dim": 256, "index_head_dim": 128, "index_n_heads": 32,
+        "index_topk": 2048, "moe_intermediate_size": inter, "intermediate_size": 12288,
+        "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "routed_scaling_factor": 2.5,
+        "first_k_dense_replace": 0, "rms_norm_eps": 1e-5, "max_position_embeddings": 202752,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+        "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
         "coli_synthetic_census": true,
     });
     std::fs::write(
