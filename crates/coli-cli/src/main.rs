@@ -224,7 +224,10 @@ fn placement(m: &ModelArg, dir: &std::path::Path) -> Result<Placement, String> {
         direct: m.direct || profile.as_ref().is_some_and(|p| p.settings.direct),
         prefetch,
         speculate,
-        pin_bytes: gb("--pin", m.pin)?,
+        pin_bytes: match (m.pin, &profile) {
+            (p, Some(prof)) if p == 0.0 => (prof.settings.pin_gb * GB) as u64,
+            (p, _) => gb("--pin", p)?,
+        },
     })
 }
 
@@ -654,11 +657,12 @@ fn cmd_tune(a: TuneArgs) -> Result<(), String> {
     } else {
         for t in &trials {
             println!(
-                "{:>8.2} tok/s  threads {} prefetch {:<5} direct {:<5} {}",
+                "{:>8.2} tok/s  threads {} prefetch {:<5} direct {:<5} pin {:.2} GB {}",
                 t.tok_s,
                 t.settings.threads,
                 t.settings.prefetch,
                 t.settings.direct,
+                t.settings.pin_gb,
                 if t.same_tokens {
                     ""
                 } else {

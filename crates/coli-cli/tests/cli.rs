@@ -870,6 +870,20 @@ fn tune_saves_a_profile_that_auto_tier_applies() {
             .output()
             .unwrap()
     };
+    // A routing history first, so the cache split is among the candidates.
+    let o = coli_usage(
+        &[
+            "run",
+            "--model",
+            path_str(t.path()),
+            "--prompt-ids",
+            "1,2,3,4",
+            "--max-tokens",
+            "8",
+        ],
+        true,
+    );
+    assert!(o.status.success());
     let out = with_cfg(&[
         "tune",
         "--model",
@@ -878,6 +892,8 @@ fn tune_saves_a_profile_that_auto_tier_applies() {
         "6",
         "--runs",
         "1",
+        "--cap",
+        "2",
         "--json",
     ]);
     assert!(
@@ -887,14 +903,18 @@ fn tune_saves_a_profile_that_auto_tier_applies() {
     );
     let v = last_json(&out);
     let trials = v["trials"].as_array().unwrap();
-    assert!(trials.len() >= 10);
+    assert!(trials.len() >= 30, "{}", trials.len());
+    assert!(trials
+        .iter()
+        .any(|t| t["settings"]["pin_gb"].as_f64().unwrap() > 0.0));
     assert!(trials.iter().all(|t| t["same_tokens"] == true), "{v}");
     let fp = v["profile"]["fingerprint"].as_str().unwrap().to_string();
     let saved = cfg.path().join(format!("coli/tuning/{fp}.json"));
     assert!(saved.is_file());
     // Pin the profile to something recognisable and check --auto-tier applies it.
     let mut p: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
-    p["settings"] = serde_json::json!({"threads": 1, "prefetch": "layer", "direct": true});
+    p["settings"] =
+        serde_json::json!({"threads": 1, "prefetch": "layer", "direct": true, "pin_gb": 0.0});
     std::fs::write(&saved, p.to_string()).unwrap();
     let run = |extra: &[&str]| {
         let mut args = vec![
@@ -934,4 +954,33 @@ fn tune_saves_a_profile_that_auto_tier_applies() {
         .unwrap();
     drop(f);
     assert_eq!(run(&["--auto-tier"])["prefetch"], "on");
+}
+
+/// `coli plan` and `coli doctor --deep` succeed on every oracle fixture.
+#[test]
+fn plan_and_deep_doctor_pass_on_every_fixture() {
+    for name in TINY_FIXTURES {
+        let t = copy_fixture(name);
+        let out = coli(&[
+            "plan",
+            "--model",
+            path_str(t.path()),
+            "--ram",
+            "1",
+            "--ctx",
+            "256",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v = last_json(&out);
+        assert_eq!(v["fits"], true, "{name}");
+        let out = coli(&["doctor", "--model", path_str(t.path()), "--deep", "--json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(0), "{name}: {v}");
+        assert_ne!(v["status"], "error", "{name}");
+    }
 }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub const PROFILE_VERSION: u32 = 1;
 
 /// Settings a profile can hold (the `coli run` flags they stand for).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
     /// `--threads`.
     pub threads: usize,
@@ -24,6 +24,9 @@ pub struct Settings {
     pub prefetch: String,
     /// `--direct`.
     pub direct: bool,
+    /// `--pin GB`: the cache split between pinned (historically hottest) and LRU experts.
+    #[serde(default)]
+    pub pin_gb: f64,
 }
 
 /// A saved tuning result.
@@ -136,7 +139,7 @@ fn trial(
             direct: s.direct,
             prefetch: s.prefetch != "off",
             speculate: s.prefetch == "on",
-            pin_bytes: 0,
+            pin_bytes: (s.pin_gb * 1e9) as u64,
         };
         m.place_experts(dir, &p).map_err(|e| e.to_string())?;
         let mut session = Session::new(&m, prompt.len() + tokens);
@@ -181,18 +184,32 @@ pub fn tune(
         threads: cores,
         prefetch: "on".into(),
         direct: false,
+        pin_gb: 0.0,
     };
+    // Cache split: with a routing history, also try pinning the hottest experts in a
+    // quarter or a half of the cache (the rest stays LRU).
+    let mut pins = vec![0.0];
+    if let (CacheSize::Slots(cap), false) = (cache, coli_models::usage::read(dir).is_empty()) {
+        if let Ok((a, _)) = crate::analyze(dir) {
+            let cache_gb =
+                (cap as u64 * a.expert_layers.len() as u64 * a.max_expert_bytes) as f64 / 1e9;
+            pins.extend([cache_gb / 4.0, cache_gb / 2.0]);
+        }
+    }
     let mut candidates = vec![baseline.clone()];
     for threads in [1, cores] {
         for prefetch in ["on", "layer", "off"] {
             for direct in [false, true] {
-                let c = Settings {
-                    threads,
-                    prefetch: prefetch.into(),
-                    direct,
-                };
-                if !candidates.contains(&c) {
-                    candidates.push(c);
+                for &pin_gb in &pins {
+                    let c = Settings {
+                        threads,
+                        prefetch: prefetch.into(),
+                        direct,
+                        pin_gb,
+                    };
+                    if !candidates.contains(&c) {
+                        candidates.push(c);
+                    }
                 }
             }
         }
@@ -249,6 +266,7 @@ mod tests {
                 threads: 1,
                 prefetch: "on".into(),
                 direct: false,
+                pin_gb: 0.0,
             },
             tok_s,
             same_tokens,
