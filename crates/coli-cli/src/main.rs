@@ -224,9 +224,9 @@ fn placement(m: &ModelArg, dir: &std::path::Path) -> Result<Placement, String> {
         direct: m.direct || profile.as_ref().is_some_and(|p| p.settings.direct),
         prefetch,
         speculate,
-        pin_bytes: match (m.pin, &profile) {
-            (p, Some(prof)) if p == 0.0 => (prof.settings.pin_gb * GB) as u64,
-            (p, _) => gb("--pin", p)?,
+        pin_bytes: match &profile {
+            Some(prof) if m.pin == 0.0 => (prof.settings.pin_gb * GB) as u64,
+            _ => gb("--pin", m.pin)?,
         },
     })
 }
@@ -618,12 +618,26 @@ fn cmd_eval(a: EvalArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn cmd_tune(a: TuneArgs) -> Result<(), String> {
-    let dir = match a.model {
-        Some(d) => d,
+/// `--model`, else the demo model (fetched on first use).
+fn dir_or_demo(model: Option<PathBuf>) -> Result<PathBuf, String> {
+    match model {
+        Some(d) => Ok(d),
         None => coli_models::demo::ensure_demo_model(progress_bar("demo model"))
-            .map_err(|e| e.to_string())?,
-    };
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// `--ram GB` in bytes.
+fn ram_arg(ram: Option<f64>) -> Result<Option<u64>, String> {
+    match ram {
+        Some(x) if x.is_finite() && x > 0.0 => Ok(Some((x * GB) as u64)),
+        Some(x) => Err(format!("--ram must be a positive number of GB, got {x}")),
+        None => Ok(None),
+    }
+}
+
+fn cmd_tune(a: TuneArgs) -> Result<(), String> {
+    let dir = dir_or_demo(a.model)?;
     if a.tokens < 2 || a.runs == 0 || !(a.min_gain.is_finite() && a.min_gain >= 0.0) {
         return Err("--tokens must be at least 2, --runs at least 1, --min-gain >= 0".into());
     }
@@ -684,16 +698,8 @@ fn cmd_tune(a: TuneArgs) -> Result<(), String> {
 }
 
 fn cmd_plan(a: PlanArgs) -> Result<(), String> {
-    let dir = match a.model {
-        Some(d) => d,
-        None => coli_models::demo::ensure_demo_model(progress_bar("demo model"))
-            .map_err(|e| e.to_string())?,
-    };
-    let ram = match a.ram {
-        Some(x) if x.is_finite() && x > 0.0 => Some((x * GB) as u64),
-        Some(x) => return Err(format!("--ram must be a positive number of GB, got {x}")),
-        None => None,
-    };
+    let dir = dir_or_demo(a.model)?;
+    let ram = ram_arg(a.ram)?;
     if a.ctx == 0 || a.kv_slots == 0 {
         return Err("--ctx and --kv-slots must be at least 1".into());
     }
@@ -767,16 +773,8 @@ const DOCTOR_FOUND_ERRORS: &str = "\u{0}doctor-found-errors";
 
 fn cmd_doctor(a: DoctorArgs) -> Result<(), String> {
     use coli_plan::doctor::{run, Status};
-    let dir = match a.model {
-        Some(d) => d,
-        None => coli_models::demo::ensure_demo_model(progress_bar("demo model"))
-            .map_err(|e| e.to_string())?,
-    };
-    let ram = match a.ram {
-        Some(x) if x.is_finite() && x > 0.0 => Some((x * GB) as u64),
-        Some(x) => return Err(format!("--ram must be a positive number of GB, got {x}")),
-        None => None,
-    };
+    let dir = dir_or_demo(a.model)?;
+    let ram = ram_arg(a.ram)?;
     let checks = run(&dir, a.deep, ram);
     let worst = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
     if a.json {

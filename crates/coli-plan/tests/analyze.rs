@@ -4,27 +4,12 @@
 //! writers leave one valid cache. Plus: the totals agree with the loaded model.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+mod common;
+use common::{copy, fixture};
 
 use coli_plan::analyze::{analyze, analyze_uncached, CacheOutcome, SIDECAR};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name)
-}
-
-/// A fixture's model files (no sidecars) in a temp dir.
-fn copy(name: &str) -> tempfile::TempDir {
-    let t = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(fixture(name)).unwrap() {
-        let e = e.unwrap();
-        if !e.file_name().to_string_lossy().starts_with('.') {
-            std::fs::copy(e.path(), t.path().join(e.file_name())).unwrap();
-        }
-    }
-    t
-}
 
 fn temp_files(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)

@@ -1,26 +1,10 @@
 //! `coli plan` from the library: the KV formula equals what coli allocates, budgets turn
 //! into cache slots, too small a budget is refused, the pieces add up.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::{copy, fixture};
 
 use coli_plan::plan::{kv_bytes_per_token, plan, PlanRequest};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name)
-}
-
-fn copy(name: &str) -> tempfile::TempDir {
-    let t = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(fixture(name)).unwrap() {
-        let e = e.unwrap();
-        if !e.file_name().to_string_lossy().starts_with('.') {
-            std::fs::copy(e.path(), t.path().join(e.file_name())).unwrap();
-        }
-    }
-    t
-}
 
 #[test]
 fn kv_formula_is_what_coli_allocates() {
