@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 pub const SIDECAR: &str = ".coli_analysis.json";
 
 /// Version of the sidecar format (a different version is a miss).
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Full scans run by this process.
 pub static SCANS: AtomicU64 = AtomicU64::new(0);
@@ -90,6 +90,10 @@ pub struct Analysis {
     pub typical_expert_bytes: u64,
     /// Largest expert.
     pub max_expert_bytes: u64,
+    /// Resident bytes (dense, shared experts, indexer) by stored dtype.
+    pub resident_dtype_bytes: BTreeMap<String, u64>,
+    /// Routed expert bytes by stored dtype.
+    pub expert_dtype_bytes: BTreeMap<String, u64>,
 }
 
 impl Analysis {
@@ -275,6 +279,8 @@ fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
         expert_layers: Vec::new(),
         typical_expert_bytes: 0,
         max_expert_bytes: 0,
+        resident_dtype_bytes: BTreeMap::new(),
+        expert_dtype_bytes: BTreeMap::new(),
     };
     // Headers are read and validated in parallel; the totals are summed in shard order.
     use rayon::prelude::*;
@@ -303,7 +309,8 @@ fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
         for (name, e) in &h.tensors {
             let bytes = e.file_range.len() as u64;
             a.model_bytes += bytes;
-            match classify(&family.layout, name, n_layers) {
+            let class = classify(&family.layout, name, n_layers);
+            match class {
                 TensorClass::Dense => a.dense_bytes += bytes,
                 TensorClass::Expert { layer, expert } => {
                     *experts.entry((layer, expert)).or_insert(0) += bytes;
@@ -312,6 +319,14 @@ fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
                 TensorClass::SharedExpert { .. } => a.shared_expert_bytes += bytes,
                 TensorClass::Indexer { .. } => a.indexer_bytes += bytes,
                 TensorClass::Mtp { .. } => a.mtp_bytes += bytes,
+            }
+            let by_dtype = match class {
+                TensorClass::Expert { .. } => Some(&mut a.expert_dtype_bytes),
+                TensorClass::Mtp { .. } => None,
+                _ => Some(&mut a.resident_dtype_bytes),
+            };
+            if let Some(m) = by_dtype {
+                *m.entry(e.dtype.clone()).or_insert(0) += bytes;
             }
         }
         a.tensor_count += h.tensors.len();

@@ -6,9 +6,10 @@
 //! asked for (f32, exactly as coli allocates it) + working buffers + expert-store buffers
 //! in flight + the family's measured process baseline; what remains of the RAM budget
 //! becomes expert cache slots per layer. Speed: per token, the resident bytes a decode step
-//! reads at the measured memory bandwidth plus the expert bytes that miss the cache at the
-//! measured disk bandwidth; the larger term is the bottleneck (compute is not modelled:
-//! decode at batch 1 is bandwidth-bound on these machines, see BENCHMARKS.md).
+//! reads — at the slower of the measured memory bandwidth and the decode kernels' measured
+//! rate for each stored dtype (dequantizing formats can be compute-bound) — plus the expert
+//! bytes that miss the cache at the measured disk bandwidth; the largest term names the
+//! bottleneck.
 
 use std::path::{Path, PathBuf};
 
@@ -47,6 +48,10 @@ pub struct Probe {
     pub disk_gb_s: Option<f64>,
     /// Where the disk figure was measured.
     pub disk_file: Option<String>,
+    /// Weight bytes per second the decode kernels process, by stored dtype (one token,
+    /// all threads, a 64 MiB matrix streamed from memory), GB/s.
+    #[serde(default)]
+    pub kernel_gb_s: std::collections::BTreeMap<String, f64>,
 }
 
 /// What the user asked for.
@@ -101,7 +106,7 @@ pub struct Plan {
     pub ram_bytes_per_token: u64,
     /// Expert bytes a decode step reads from disk.
     pub disk_bytes_per_token: u64,
-    /// "memory" or "disk".
+    /// "memory", "compute" or "disk".
     pub bottleneck: String,
     /// Projected decode tokens/s (`None` when the disk rate is unknown and experts miss).
     pub projected_decode_tok_s: Option<f64>,
@@ -190,6 +195,52 @@ fn memory_gb_s() -> f64 {
     best
 }
 
+/// Decode-kernel throughput per stored dtype (weights in GB/s): a 64 MiB matrix (larger
+/// than the caches, so memory streaming is part of it) times one token, repeated for
+/// ~100 ms, on the current thread pool.
+fn kernel_gb_s() -> std::collections::BTreeMap<String, f64> {
+    use coli_kernels::matmul::{matmul, BlockScales};
+    use coli_kernels::{MatRef, WFormat};
+    let cols = 4096usize;
+    let x: Vec<f32> = (0..cols).map(|i| (i % 7) as f32 * 0.1).collect();
+    let mut rates = std::collections::BTreeMap::new();
+    for (name, fmt, block) in [
+        ("BF16", WFormat::BF16, None),
+        ("F16", WFormat::F16, None),
+        ("F32", WFormat::F32, None),
+        ("I8", WFormat::I8, Some((1, cols))),
+        ("U8", WFormat::I4, Some((1, 64))),
+        ("F8_E4M3", WFormat::F8E4M3, Some((128, 128))),
+    ] {
+        let rows = (64usize << 20) / fmt.row_bytes(cols);
+        let mut out = vec![0.0f32; rows];
+        let bytes = vec![0x11u8; rows * fmt.row_bytes(cols)];
+        let scales: Vec<f32> = match block {
+            Some((br, bc)) => vec![0.01; rows.div_ceil(br) * cols.div_ceil(bc)],
+            None => Vec::new(),
+        };
+        let mut m = MatRef::new(fmt, &bytes, rows, cols);
+        if let Some((br, bc)) = block {
+            m = m.with_scales(BlockScales {
+                scales: &scales,
+                block_rows: br,
+                block_cols: bc,
+            });
+        }
+        let t = std::time::Instant::now();
+        let mut n = 0u64;
+        while t.elapsed().as_secs_f64() < 0.1 || n < 2 {
+            matmul(&m, &x, 1, &mut out);
+            n += 1;
+        }
+        rates.insert(
+            name.to_string(),
+            bytes.len() as f64 * n as f64 / t.elapsed().as_secs_f64() / 1e9,
+        );
+    }
+    rates
+}
+
 fn disk_gb_s(file: &Path) -> Option<f64> {
     use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
     let meta = std::fs::metadata(file).ok()?;
@@ -227,7 +278,16 @@ pub fn probe(analysis_dir: &Path, a: &Analysis, remeasure: bool) -> Probe {
     let path = probe_path();
     if !remeasure {
         if let Ok(text) = std::fs::read(&path) {
-            if let Ok(p) = serde_json::from_slice::<Probe>(&text) {
+            if let Ok(p) = serde_json::from_slice::<Probe>(&text)
+                .map_err(|_| ())
+                .and_then(|p: Probe| {
+                    if p.kernel_gb_s.is_empty() {
+                        Err(())
+                    } else {
+                        Ok(p)
+                    }
+                })
+            {
                 let same_disk = p.disk_file.as_deref()
                     == largest.as_ref().map(|l| l.to_string_lossy()).as_deref();
                 if same_disk || p.disk_gb_s.is_none() && largest.is_none() {
@@ -240,6 +300,7 @@ pub fn probe(analysis_dir: &Path, a: &Analysis, remeasure: bool) -> Probe {
         memory_gb_s: memory_gb_s(),
         disk_gb_s: largest.as_deref().and_then(disk_gb_s),
         disk_file: largest.map(|l| l.to_string_lossy().into_owned()),
+        kernel_gb_s: kernel_gb_s(),
     };
     if let Some(parent) = path.parent() {
         let _ = std::fs::create_dir_all(parent);
@@ -350,15 +411,39 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan, Stri
     let disk_per_token = ((1.0 - hit) * active_experts as f64) as u64;
     let probe = probe(dir, &a, remeasure);
     let t_mem = ram_per_token as f64 / (probe.memory_gb_s * 1e9);
+    // Compute: the bytes a step processes per stored dtype at the kernels' measured rate
+    // (resident weights minus the embedding table, plus the active experts' share).
+    let rate = |d: &str| {
+        probe
+            .kernel_gb_s
+            .get(d)
+            .copied()
+            .unwrap_or(probe.memory_gb_s)
+            * 1e9
+    };
+    let resident_total = a.resident_dtype_bytes.values().sum::<u64>().max(1) as f64;
+    let expert_total = a.expert_dtype_bytes.values().sum::<u64>().max(1) as f64;
+    let resident_read = a.resident_bytes().saturating_sub(embed_bytes) as f64;
+    let t_compute: f64 = a
+        .resident_dtype_bytes
+        .iter()
+        .map(|(d, &b)| resident_read * (b as f64 / resident_total) / rate(d))
+        .sum::<f64>()
+        + a.expert_dtype_bytes
+            .iter()
+            .map(|(d, &b)| active_experts as f64 * (b as f64 / expert_total) / rate(d))
+            .sum::<f64>();
+    let t_ram = t_mem.max(t_compute);
     let t_disk = probe.disk_gb_s.map(|d| disk_per_token as f64 / (d * 1e9));
     let bottleneck = match t_disk {
-        Some(td) if td > t_mem => "disk",
+        Some(td) if td > t_ram => "disk",
         None if disk_per_token > 0 => "disk",
+        _ if t_compute > t_mem => "compute",
         _ => "memory",
     };
     let tok_s = match t_disk {
-        Some(td) => Some(1.0 / (t_mem + td)),
-        None if disk_per_token == 0 => Some(1.0 / t_mem),
+        Some(td) => Some(1.0 / (t_ram + td)),
+        None if disk_per_token == 0 => Some(1.0 / t_ram),
         None => {
             notes.push(
                 "disk bandwidth unknown (sparse or unreadable shards): no speed projection".into(),
@@ -366,9 +451,6 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan, Stri
             None
         }
     };
-    notes.push(
-        "compute is not modelled: quantized experts (int8/int4/FP8) are dequantized on the fly and can be slower than memory (BENCHMARKS.md)".into(),
-    );
     let mut settings = vec![];
     if moe_layers > 0 {
         settings.push(format!("--cap {}", cap.max(1)));
