@@ -276,31 +276,27 @@ pub fn probe(analysis_dir: &Path, a: &Analysis, remeasure: bool) -> Probe {
         .max_by_key(|s| s.bytes)
         .map(|s| analysis_dir.join(&s.file));
     let path = probe_path();
-    if !remeasure {
-        if let Ok(text) = std::fs::read(&path) {
-            if let Ok(p) = serde_json::from_slice::<Probe>(&text)
-                .map_err(|_| ())
-                .and_then(|p: Probe| {
-                    if p.kernel_gb_s.is_empty() {
-                        Err(())
-                    } else {
-                        Ok(p)
-                    }
-                })
-            {
-                let same_disk = p.disk_file.as_deref()
-                    == largest.as_ref().map(|l| l.to_string_lossy()).as_deref();
-                if same_disk || p.disk_gb_s.is_none() && largest.is_none() {
-                    return p;
-                }
-            }
+    let cached = std::fs::read(&path)
+        .ok()
+        .and_then(|t| serde_json::from_slice::<Probe>(&t).ok())
+        .filter(|p| !remeasure && !p.kernel_gb_s.is_empty());
+    let disk_file = largest.as_ref().map(|l| l.to_string_lossy().into_owned());
+    if let Some(p) = &cached {
+        if p.disk_file == disk_file {
+            return p.clone();
         }
     }
+    // Memory and kernel rates belong to the machine: reuse them; only the disk figure
+    // belongs to where this model lives.
+    let (memory_gb_s, kernel_gb_s) = match cached {
+        Some(p) => (p.memory_gb_s, p.kernel_gb_s),
+        None => (memory_gb_s(), kernel_gb_s()),
+    };
     let p = Probe {
-        memory_gb_s: memory_gb_s(),
+        memory_gb_s,
         disk_gb_s: largest.as_deref().and_then(disk_gb_s),
-        disk_file: largest.map(|l| l.to_string_lossy().into_owned()),
-        kernel_gb_s: kernel_gb_s(),
+        disk_file,
+        kernel_gb_s,
     };
     if let Some(parent) = path.parent() {
         let _ = std::fs::create_dir_all(parent);
