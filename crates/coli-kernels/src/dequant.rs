@@ -6,6 +6,36 @@
 use crate::cpu::{self, Isa};
 use crate::dot::WFormat;
 
+/// `float8_e4m3fn` → f32 with integer and float arithmetic only (no table), so loops over
+/// it vectorize: normal values rebias the exponent, subnormals are `m * 2^-9` (exact),
+/// `S.1111.111` is NaN. Equal to the table for all 256 bytes (tested).
+#[inline(always)]
+pub fn fp8_e4m3_to_f32(b: u8) -> f32 {
+    let b = b as u32;
+    let sign = (b & 0x80) << 24;
+    let e = (b >> 3) & 0xF;
+    let m = b & 7;
+    let normal = f32::from_bits(sign | ((e + 120) << 23) | (m << 20));
+    let sub = f32::from_bits(sign | (m as f32 * (1.0 / 512.0)).to_bits());
+    let v = if e == 0 { sub } else { normal };
+    if b & 0x7F == 0x7F {
+        f32::from_bits(sign | 0x7FC0_0000)
+    } else {
+        v
+    }
+}
+
+/// Both int4 values of a byte (low nibble first) as f32, unscaled.
+const INT4_PAIRS: [[f32; 2]; 256] = {
+    let mut t = [[0.0f32; 2]; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = [((b & 15) as i32 - 8) as f32, ((b >> 4) as i32 - 8) as f32];
+        b += 1;
+    }
+    t
+};
+
 #[inline(always)]
 fn dequant_generic(fmt: WFormat, row: &[u8], scales: &[f32], block: usize, out: &mut [f32]) {
     match fmt {
@@ -25,8 +55,9 @@ fn dequant_generic(fmt: WFormat, row: &[u8], scales: &[f32], block: usize, out: 
                     let bytes = &row[c0 / 2..(c0 + chunk.len()).div_ceil(2)];
                     let mut pairs = chunk.chunks_exact_mut(2);
                     for (pair, &byte) in (&mut pairs).zip(bytes) {
-                        pair[0] = ((byte & 15) as i32 - 8) as f32 * s;
-                        pair[1] = ((byte >> 4) as i32 - 8) as f32 * s;
+                        let [lo, hi] = INT4_PAIRS[byte as usize];
+                        pair[0] = lo * s;
+                        pair[1] = hi * s;
                     }
                     if let [last] = pairs.into_remainder() {
                         *last = ((bytes[bytes.len() - 1] & 15) as i32 - 8) as f32 * s;
@@ -35,6 +66,14 @@ fn dequant_generic(fmt: WFormat, row: &[u8], scales: &[f32], block: usize, out: 
                     for (j, o) in chunk.iter_mut().enumerate() {
                         *o = fmt.load(row, c0 + j) * s;
                     }
+                }
+            }
+        }
+        WFormat::F8E4M3 => {
+            for (b, (chunk, &s)) in out.chunks_mut(block).zip(scales).enumerate() {
+                let q = &row[b * block..b * block + chunk.len()];
+                for (o, &v) in chunk.iter_mut().zip(q) {
+                    *o = fp8_e4m3_to_f32(v) * s;
                 }
             }
         }
@@ -119,6 +158,14 @@ mod tests {
                     prop_assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.clone(), "{:?} {:?}", fmt, isa);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn arithmetic_fp8_decoding_equals_the_table() {
+        for b in 0..=255u8 {
+            let (a, t) = (fp8_e4m3_to_f32(b), coli_core::FP8_E4M3_TABLE[b as usize]);
+            assert_eq!(a.to_bits(), t.to_bits(), "{b:#x}: {a} vs {t}");
         }
     }
 
