@@ -812,27 +812,34 @@ fn concurrent_processes_leave_one_valid_analysis_cache() {
     }
 }
 
+/// `coli plan --ram 1 --ctx CTX --json` on `dir`, which must succeed.
+fn plan_json(dir: &Path, ctx: &str) -> Value {
+    let args = [
+        "plan",
+        "--model",
+        path_str(dir),
+        "--ram",
+        "1",
+        "--ctx",
+        ctx,
+        "--json",
+    ];
+    let out = coli(&args);
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    last_json(&out)
+}
+
 /// `coli plan`: a versioned JSON plan; a budget below the resident need exits 2 with the
 /// reason; bad arguments are refused.
 #[test]
 fn plan_reports_and_refuses() {
     let t = copy_fixture("deepseek_v3_group_yarn");
-    let out = coli(&[
-        "plan",
-        "--model",
-        path_str(t.path()),
-        "--ram",
-        "1",
-        "--ctx",
-        "128",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v = last_json(&out);
+    let v = plan_json(t.path(), "128");
     assert_eq!(v["version"], 1);
     assert_eq!(v["family"], "DeepSeek-V3");
     assert_eq!(v["fits"], true);
@@ -961,22 +968,7 @@ fn tune_saves_a_profile_that_auto_tier_applies() {
 fn plan_and_deep_doctor_pass_on_every_fixture() {
     for name in TINY_FIXTURES {
         let t = copy_fixture(name);
-        let out = coli(&[
-            "plan",
-            "--model",
-            path_str(t.path()),
-            "--ram",
-            "1",
-            "--ctx",
-            "256",
-            "--json",
-        ]);
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v = last_json(&out);
+        let v = plan_json(t.path(), "256");
         assert_eq!(v["fits"], true, "{name}");
         let out = coli(&["doctor", "--model", path_str(t.path()), "--deep", "--json"]);
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
