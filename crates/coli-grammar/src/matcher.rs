@@ -1,0 +1,366 @@
+//! The grammar matcher: which text a grammar still allows, character by character.
+//!
+//! The grammar is compiled into plain rules whose alternatives are sequences of character
+//! sets and rule references (repetitions become helper rules). A matcher state is the set
+//! of possible parse stacks, each stack the positions still to match, innermost last; a
+//! character advances every stack whose next element accepts it and expands rule
+//! references until each stack's top is a character set (or the stack is empty: the text so
+//! far is a complete sentence). Bytes are decoded as UTF-8 incrementally, so a token may end
+//! in the middle of a character.
+
+use crate::gbnf::{Expr, Grammar};
+
+/// One element of a compiled alternative.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Elem {
+    /// A character in (or, negated, not in) these inclusive ranges.
+    Chars {
+        negated: bool,
+        ranges: Vec<(u32, u32)>,
+    },
+    /// Another compiled rule.
+    Rule(usize),
+}
+
+impl Elem {
+    fn accepts(&self, c: u32) -> bool {
+        match self {
+            Elem::Chars { negated, ranges } => {
+                ranges.iter().any(|&(a, b)| a <= c && c <= b) != *negated
+            }
+            Elem::Rule(_) => false,
+        }
+    }
+}
+
+/// Rules as alternatives of element sequences.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    rules: Vec<Vec<Vec<Elem>>>,
+    root: usize,
+}
+
+/// A position: rule, alternative, index of the next element.
+type Pos = (u32, u32, u32);
+
+/// Deepest stack accepted (guards against pathological grammars).
+const MAX_STACK: usize = 4096;
+
+/// Most stacks kept at once (ambiguous grammars can multiply them).
+const MAX_STACKS: usize = 4096;
+
+impl Compiled {
+    /// Compiles a parsed grammar.
+    pub fn new(g: &Grammar) -> Compiled {
+        let mut c = Compiled {
+            rules: vec![Vec::new(); g.rules.len()],
+            root: g.root,
+        };
+        for (i, r) in g.rules.iter().enumerate() {
+            let alts = c.alternatives(&r.expr);
+            c.rules[i] = alts;
+        }
+        c
+    }
+
+    fn fresh(&mut self, alts: Vec<Vec<Elem>>) -> usize {
+        self.rules.push(alts);
+        self.rules.len() - 1
+    }
+
+    fn alternatives(&mut self, e: &Expr) -> Vec<Vec<Elem>> {
+        match e {
+            Expr::Alt(v) => v.iter().flat_map(|x| self.alternatives(x)).collect(),
+            _ => vec![self.sequence(e)],
+        }
+    }
+
+    fn sequence(&mut self, e: &Expr) -> Vec<Elem> {
+        match e {
+            Expr::Seq(v) => v.iter().flat_map(|x| self.sequence(x)).collect(),
+            Expr::Literal(l) => l
+                .iter()
+                .map(|&ch| Elem::Chars {
+                    negated: false,
+                    ranges: vec![(ch as u32, ch as u32)],
+                })
+                .collect(),
+            Expr::Class { negated, ranges } => vec![Elem::Chars {
+                negated: *negated,
+                ranges: ranges.iter().map(|&(a, b)| (a as u32, b as u32)).collect(),
+            }],
+            Expr::Any => vec![Elem::Chars {
+                negated: true,
+                ranges: Vec::new(),
+            }],
+            Expr::Ref(i) => vec![Elem::Rule(*i)],
+            Expr::Alt(_) => {
+                let alts = self.alternatives(e);
+                vec![Elem::Rule(self.fresh(alts))]
+            }
+            Expr::Repeat { expr, min, max } => {
+                let body = self.sequence(expr);
+                let mut out = Vec::new();
+                for _ in 0..*min {
+                    out.extend(body.iter().cloned());
+                }
+                match max {
+                    None => {
+                        // star ::= body star | ""
+                        let star = self.fresh(Vec::new());
+                        let mut rec = body.clone();
+                        rec.push(Elem::Rule(star));
+                        self.rules[star] = vec![rec, Vec::new()];
+                        out.push(Elem::Rule(star));
+                    }
+                    Some(max) => {
+                        // Nested optionals: (body (body (...)?)?)?
+                        let mut tail: Option<usize> = None;
+                        for _ in *min..*max {
+                            let mut seq = body.clone();
+                            if let Some(t) = tail {
+                                seq.push(Elem::Rule(t));
+                            }
+                            tail = Some(self.fresh(vec![seq, Vec::new()]));
+                        }
+                        if let Some(t) = tail {
+                            out.push(Elem::Rule(t));
+                        }
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    /// A matcher at the start of the grammar.
+    pub fn matcher(&self) -> Matcher<'_> {
+        let mut m = Matcher {
+            g: self,
+            stacks: Vec::new(),
+            pending: Vec::new(),
+        };
+        let mut start = Vec::new();
+        for alt in 0..self.rules[self.root].len() {
+            m.expand(vec![(self.root as u32, alt as u32, 0)], &mut start);
+        }
+        m.stacks = dedup(start);
+        m
+    }
+}
+
+fn dedup(mut v: Vec<Vec<Pos>>) -> Vec<Vec<Pos>> {
+    v.sort();
+    v.dedup();
+    v.truncate(MAX_STACKS);
+    v
+}
+
+/// The state of matching a text against a grammar.
+#[derive(Clone, Debug)]
+pub struct Matcher<'g> {
+    g: &'g Compiled,
+    /// Each stack's top is a position whose next element is a character set, or the stack
+    /// is empty (complete).
+    stacks: Vec<Vec<Pos>>,
+    /// Bytes of an incomplete UTF-8 character.
+    pending: Vec<u8>,
+}
+
+impl<'g> Matcher<'g> {
+    /// Normalises `stack` (popping finished positions, expanding rule references) into
+    /// stacks whose top waits for a character, pushing them onto `out`.
+    fn expand(&self, mut stack: Vec<Pos>, out: &mut Vec<Vec<Pos>>) {
+        if stack.len() > MAX_STACK || out.len() >= MAX_STACKS {
+            return;
+        }
+        let Some(&(r, a, i)) = stack.last() else {
+            out.push(stack);
+            return;
+        };
+        let alt = &self.g.rules[r as usize][a as usize];
+        match alt.get(i as usize) {
+            None => {
+                stack.pop();
+                // Continue after the reference that led here.
+                if let Some(top) = stack.last_mut() {
+                    top.2 += 1;
+                }
+                self.expand(stack, out)
+            }
+            Some(Elem::Chars { .. }) => out.push(stack),
+            Some(Elem::Rule(sub)) => {
+                for sa in 0..self.g.rules[*sub].len() {
+                    let mut s = stack.clone();
+                    s.push((*sub as u32, sa as u32, 0));
+                    self.expand(s, out);
+                }
+            }
+        }
+    }
+
+    /// Advances by one character; false (and unchanged) if the grammar does not allow it.
+    pub fn accept_char(&mut self, c: char) -> bool {
+        let mut next = Vec::new();
+        for s in &self.stacks {
+            if let Some(&(r, a, i)) = s.last() {
+                let e = &self.g.rules[r as usize][a as usize][i as usize];
+                if e.accepts(c as u32) {
+                    let mut s = s.clone();
+                    s.last_mut().expect("top").2 += 1;
+                    self.expand(s, &mut next);
+                }
+            }
+        }
+        if next.is_empty() {
+            return false;
+        }
+        self.stacks = dedup(next);
+        true
+    }
+
+    /// Advances by bytes (UTF-8, characters may be split across calls); false (and
+    /// unchanged) if the grammar does not allow them or they are not valid UTF-8.
+    pub fn accept_bytes(&mut self, bytes: &[u8]) -> bool {
+        let saved = (self.stacks.clone(), self.pending.clone());
+        for &b in bytes {
+            self.pending.push(b);
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    let c = s.chars().next().expect("one char");
+                    self.pending.clear();
+                    if !self.accept_char(c) {
+                        (self.stacks, self.pending) = saved;
+                        return false;
+                    }
+                }
+                Err(e) if e.error_len().is_none() && self.pending.len() < 4 => {}
+                Err(_) => {
+                    (self.stacks, self.pending) = saved;
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Whether the text so far is a complete sentence (end of sequence allowed here).
+    pub fn is_complete(&self) -> bool {
+        self.pending.is_empty() && self.stacks.iter().any(Vec::is_empty)
+    }
+
+    /// Whether no continuation is possible (nothing more may be added).
+    pub fn is_dead_end(&self) -> bool {
+        self.stacks.iter().all(Vec::is_empty)
+    }
+
+    /// Whether `text` is a whole sentence of the grammar (a fresh matcher, every byte, end).
+    pub fn matches(g: &'g Compiled, text: &str) -> bool {
+        let mut m = g.matcher();
+        m.accept_bytes(text.as_bytes()) && m.is_complete()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gbnf::parse;
+
+    fn g(src: &str) -> Compiled {
+        Compiled::new(&parse(src).unwrap())
+    }
+
+    #[test]
+    fn accepts_exactly_the_language() {
+        let c = g(r#"
+root ::= "{" ws pair ("," ws pair)* ws "}"
+pair ::= key ":" ws num
+key  ::= [a-z] [a-z0-9_]{0,3}
+num  ::= "-"? [0-9]{1,3}
+ws   ::= [ ]*
+"#);
+        for ok in ["{a:1}", "{ ab_1: -12,  c:999}", "{a:1,b:2 }"] {
+            assert!(Matcher::matches(&c, ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "{",
+            "{a:}",
+            "{abcde:1}",
+            "{a:1234}",
+            "{a:1,}",
+            "{A:1}",
+            "{a:1}x",
+        ] {
+            assert!(!Matcher::matches(&c, bad), "{bad}");
+        }
+        // Prefixes are alive but not complete; a wrong byte is refused without moving.
+        let mut m = c.matcher();
+        assert!(m.accept_bytes(b"{ab:"));
+        assert!(!m.is_complete());
+        assert!(!m.accept_bytes(b"x"));
+        assert!(m.accept_bytes(b"7}"));
+        assert!(m.is_complete() && m.is_dead_end());
+    }
+
+    #[test]
+    fn utf8_characters_may_be_split_across_calls() {
+        let c = g(r#"root ::= "é" [^a]+ "\u00e9""#);
+        let text = "éüé".as_bytes();
+        let mut m = c.matcher();
+        for b in text {
+            assert!(m.accept_bytes(&[*b]));
+        }
+        assert!(m.is_complete());
+        let mut m = c.matcher();
+        assert!(!m.accept_bytes(&[0xFF]), "invalid UTF-8 is refused");
+        assert!(!Matcher::matches(&c, "éaé"));
+    }
+
+    /// `(a | bc)* d?` recognized by hand: the reference for the property test.
+    fn reference(t: &str) -> bool {
+        let b = t.as_bytes();
+        let mut i = 0;
+        loop {
+            match b.get(i) {
+                Some(b'a') => i += 1,
+                Some(b'b') if b.get(i + 1) == Some(&b'c') => i += 2,
+                _ => break,
+            }
+        }
+        if b.get(i) == Some(&b'd') {
+            i += 1;
+        }
+        i == b.len()
+    }
+
+    proptest::proptest! {
+        /// The matcher agrees with a hand-written recognizer on any string over the
+        /// alphabet, fed whole or byte by byte.
+        #[test]
+        fn agrees_with_a_reference_recognizer(t in "[abcd]{0,12}") {
+            let c = g(r#"root ::= ("a" | "b" "c")* "d"?"#);
+            proptest::prop_assert_eq!(Matcher::matches(&c, &t), reference(&t));
+            let mut m = c.matcher();
+            let mut alive = true;
+            for b in t.bytes() {
+                alive = alive && m.accept_bytes(&[b]);
+            }
+            proptest::prop_assert_eq!(alive && m.is_complete(), reference(&t));
+        }
+    }
+
+    #[test]
+    fn bounded_and_unbounded_repetitions() {
+        let c = g(r#"root ::= "a"{2,4} ("b" | "c")* "d"{3}"#);
+        for (t, want) in [
+            ("aaddd", true),
+            ("aaaabcbcddd", true),
+            ("addd", false),
+            ("aaaaaddd", false),
+            ("aadd", false),
+        ] {
+            assert_eq!(Matcher::matches(&c, t), want, "{t}");
+        }
+    }
+}
