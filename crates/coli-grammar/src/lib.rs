@@ -5,9 +5,12 @@
 //!   line, column and the rule's name.
 //! * [`matcher`]: which text a grammar still allows, byte by byte (UTF-8 aware), and where
 //!   the text is complete.
+//! * [`mask`]: the tokens of a vocabulary the grammar allows next, through a byte trie.
 
 pub mod gbnf;
+pub mod mask;
 pub mod matcher;
 
 pub use gbnf::{parse, Expr, Grammar, GrammarError, Rule};
+pub use mask::TokenTrie;
 pub use matcher::{Compiled, Matcher};
