@@ -265,6 +265,41 @@ struct RunArgs {
     /// Keep generating past end-of-sequence tokens (for benchmarks).
     #[arg(long)]
     ignore_eos: bool,
+    /// Constrain the output to a GBNF grammar (llama.cpp dialect) read from this file.
+    #[arg(long, value_name = "FILE.gbnf")]
+    grammar: Option<PathBuf>,
+}
+
+/// A GBNF grammar as a sampling constraint: tokens whose bytes the grammar does not allow
+/// get -inf; end-of-sequence only where the text is complete; generation ends when nothing
+/// more may follow.
+struct GrammarConstraint<'g> {
+    matcher: coli_grammar::Matcher<'g>,
+    trie: coli_grammar::TokenTrie,
+    bytes: Vec<Vec<u8>>,
+    eos: Vec<u32>,
+    allowed: Vec<bool>,
+}
+
+impl coli_models::session::Constraint for GrammarConstraint<'_> {
+    fn mask(&mut self, logits: &mut [f32]) {
+        self.trie.mask(&self.matcher, &mut self.allowed);
+        let complete = self.matcher.is_complete();
+        for (id, l) in logits.iter_mut().enumerate() {
+            let ok = self.allowed.get(id).copied().unwrap_or(false)
+                || (complete && self.eos.contains(&(id as u32)));
+            if !ok {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    }
+    fn accept(&mut self, token: u32) -> bool {
+        if self.eos.contains(&token) {
+            return false;
+        }
+        let bytes = self.bytes.get(token as usize).map_or(&[][..], |b| &b[..]);
+        self.matcher.accept_bytes(bytes) && !self.matcher.is_dead_end()
+    }
 }
 
 #[derive(Args)]
@@ -497,25 +532,60 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
         top_p: a.top_p,
         seed: a.seed,
     });
+    let compiled = match &a.grammar {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let g = coli_grammar::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            Some(coli_grammar::Compiled::new(&g))
+        }
+        None => None,
+    };
+    let mut constraint = match (&compiled, &tokenizer) {
+        (Some(c), Some(tok)) => {
+            let bytes = tok.token_bytes();
+            Some(GrammarConstraint {
+                matcher: c.matcher(),
+                trie: coli_grammar::TokenTrie::new(&bytes),
+                bytes,
+                eos: stop.clone(),
+                allowed: Vec::new(),
+            })
+        }
+        (Some(_), None) => {
+            return Err("--grammar needs the model's tokenizer.json (token bytes)".into())
+        }
+        _ => None,
+    };
     let mut stream = tokenizer.as_ref().map(TextTokenizer::stream);
     let snapshot = || model.store.as_ref().map(|s| s.stats()).unwrap_or_default();
     let before = snapshot();
     let mut prefilled = None;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let g = session
-        .generate(&prompt_ids, a.max_tokens, &mut sampler, &stop, |id| {
-            if prefilled.is_none() {
-                prefilled = Some(snapshot());
+    let on_token = |id: u32| {
+        if prefilled.is_none() {
+            prefilled = Some(snapshot());
+        }
+        if let Some(s) = stream.as_mut() {
+            if let Ok(piece) = s.push(id) {
+                let _ = out.write_all(piece.as_bytes());
+                let _ = out.flush();
             }
-            if let Some(s) = stream.as_mut() {
-                if let Ok(piece) = s.push(id) {
-                    let _ = out.write_all(piece.as_bytes());
-                    let _ = out.flush();
-                }
-            }
-        })
-        .map_err(|e| e.to_string())?;
+        }
+    };
+    let g = match constraint.as_mut() {
+        Some(c) => session.generate_constrained(
+            &prompt_ids,
+            a.max_tokens,
+            &mut sampler,
+            &stop,
+            c,
+            on_token,
+        ),
+        None => session.generate(&prompt_ids, a.max_tokens, &mut sampler, &stop, on_token),
+    }
+    .map_err(|e| e.to_string())?;
     let text = match &tokenizer {
         Some(t) => t
             .decode(&g.generated_ids, true)

@@ -149,6 +149,28 @@ impl Compiled {
     }
 }
 
+/// The code points a valid UTF-8 prefix (lead byte and some continuation bytes) can still
+/// become.
+fn prefix_range(p: &[u8]) -> (u32, u32) {
+    let n = match p[0] {
+        0xC0..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        _ => 4,
+    };
+    let lead = (p[0] & (0x7F >> n)) as u32;
+    let fill = |c: u8| {
+        let mut v = lead;
+        for k in 1..n {
+            let b = p.get(k).copied().unwrap_or(c);
+            v = (v << 6) | (b & 0x3F) as u32;
+        }
+        v
+    };
+    // The shortest form rule: n-byte sequences encode at least these code points.
+    let min = [0, 0, 0x80, 0x800, 0x10000][n];
+    (fill(0x80).max(min), fill(0xBF).min(0x10FFFF))
+}
+
 fn dedup(mut v: Vec<Vec<Pos>>) -> Vec<Vec<Pos>> {
     v.sort();
     v.dedup();
@@ -234,7 +256,15 @@ impl<'g> Matcher<'g> {
                         return false;
                     }
                 }
-                Err(e) if e.error_len().is_none() && self.pending.len() < 4 => {}
+                Err(e) if e.error_len().is_none() && self.pending.len() < 4 => {
+                    // Half a character: keep it only if some character it can still
+                    // become is allowed here.
+                    let (lo, hi) = prefix_range(&self.pending);
+                    if !self.could_accept(lo, hi) {
+                        (self.stacks, self.pending) = saved;
+                        return false;
+                    }
+                }
                 Err(_) => {
                     (self.stacks, self.pending) = saved;
                     return false;
@@ -242,6 +272,38 @@ impl<'g> Matcher<'g> {
             }
         }
         true
+    }
+
+    /// Whether some stack's next element accepts a code point in `lo..=hi`.
+    fn could_accept(&self, lo: u32, hi: u32) -> bool {
+        self.stacks.iter().any(|s| {
+            let Some(&(r, a, i)) = s.last() else {
+                return false;
+            };
+            match &self.g.rules[r as usize][a as usize][i as usize] {
+                Elem::Chars {
+                    negated: false,
+                    ranges,
+                } => ranges.iter().any(|&(x, y)| x <= hi && lo <= y),
+                Elem::Chars {
+                    negated: true,
+                    ranges,
+                } => {
+                    // Some code point of lo..=hi outside every range.
+                    let mut sorted: Vec<(u32, u32)> = ranges.clone();
+                    sorted.sort_unstable();
+                    let mut next = lo;
+                    for (x, y) in sorted {
+                        if x > next {
+                            break;
+                        }
+                        next = next.max(y.saturating_add(1));
+                    }
+                    next <= hi
+                }
+                Elem::Rule(_) => false,
+            }
+        })
     }
 
     /// Whether the text so far is a complete sentence (end of sequence allowed here).
@@ -314,6 +376,19 @@ ws   ::= [ ]*
         assert!(m.is_complete());
         let mut m = c.matcher();
         assert!(!m.accept_bytes(&[0xFF]), "invalid UTF-8 is refused");
+        // Half of a character the grammar cannot take is refused at once: "é" is C3 A9;
+        // E2 starts U+2000..U+2FFF, none of which is "é"; E0 starts U+0800..U+0FFF (not
+        // U+0000: the shortest-form rule), none of which is "é" either.
+        assert!(!m.accept_bytes(&[0xE2]));
+        assert!(!m.accept_bytes(&[0xE0]));
+        assert!(!g(r#"root ::= "{""#).matcher().accept_bytes(&[0xE0]));
+        assert!(m.accept_bytes(&[0xC3]));
+        let g2 = g(r#"root ::= [^à-ÿ] "x""#);
+        // C3 starts U+00C0..U+00FF: with U+00E0..U+00FF excluded, U+00C0..U+00DF remain.
+        assert!(g2.matcher().accept_bytes(&[0xC3]));
+        let g3 = g(r#"root ::= [^À-ÿ] "x""#);
+        assert!(!g3.matcher().accept_bytes(&[0xC3]));
+        assert!(g3.matcher().accept_bytes(&[0xC4]));
         assert!(!Matcher::matches(&c, "éaé"));
     }
 

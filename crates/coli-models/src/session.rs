@@ -146,11 +146,48 @@ impl<'m> Session<'m> {
         max_tokens: usize,
         sampler: &mut Sampler,
         stop_ids: &[u32],
+        on_token: impl FnMut(u32),
+    ) -> Result<Generation> {
+        self.generate_constrained(
+            prompt,
+            max_tokens,
+            sampler,
+            stop_ids,
+            &mut Unconstrained,
+            on_token,
+        )
+    }
+
+    /// [`Session::generate`] under a constraint: before each sample the constraint masks
+    /// the logits (disallowed tokens set to -inf), after it the constraint is told the
+    /// token; generation also ends when the constraint says the output is finished.
+    pub fn generate_constrained(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampler: &mut Sampler,
+        stop_ids: &[u32],
+        constraint: &mut dyn Constraint,
         mut on_token: impl FnMut(u32),
     ) -> Result<Generation> {
         let t0 = Instant::now();
         let capacity = self.kv.capacity;
-        let mut next = sampler.sample(self.forward(prompt, false)?);
+        let mut masked = Vec::new();
+        let mut pick = |logits: &[f32], c: &mut dyn Constraint| -> Result<u32> {
+            if !c.active() {
+                return Ok(sampler.sample(logits));
+            }
+            masked.clear();
+            masked.extend_from_slice(logits);
+            c.mask(&mut masked);
+            if masked.iter().all(|v| *v == f32::NEG_INFINITY) {
+                return Err(ModelError::Tokenizer(
+                    "the grammar allows no token here (no vocabulary token continues it)".into(),
+                ));
+            }
+            Ok(sampler.sample(&masked))
+        };
+        let mut next = pick(self.forward(prompt, false)?, constraint)?;
         let mut stats = GenStats {
             prompt_tokens: prompt.len(),
             prefill_s: t0.elapsed().as_secs_f64(),
@@ -167,10 +204,15 @@ impl<'m> Session<'m> {
                 finish = FinishReason::Stop;
                 break;
             }
+            if !constraint.accept(next) {
+                finish = FinishReason::Stop;
+                break;
+            }
             if generated.len() == max_tokens || self.pos >= capacity {
                 break;
             }
-            next = sampler.sample(self.forward(&[next], false)?);
+            let logits = self.forward(&[next], false)?;
+            next = pick(logits, constraint)?;
             stats.decode_tokens += 1;
         }
         stats.decode_s = t1.elapsed().as_secs_f64();
@@ -180,5 +222,30 @@ impl<'m> Session<'m> {
             finish_reason: finish,
             stats,
         })
+    }
+}
+
+/// Restricts which tokens may be sampled (a grammar, a schema).
+pub trait Constraint {
+    /// Whether it restricts anything (an inactive constraint costs nothing per token).
+    fn active(&self) -> bool {
+        true
+    }
+    /// Sets the logits of disallowed tokens to -inf.
+    fn mask(&mut self, logits: &mut [f32]);
+    /// Records the sampled token; false when the output is complete and must end.
+    fn accept(&mut self, token: u32) -> bool;
+}
+
+/// No constraint.
+struct Unconstrained;
+
+impl Constraint for Unconstrained {
+    fn active(&self) -> bool {
+        false
+    }
+    fn mask(&mut self, _: &mut [f32]) {}
+    fn accept(&mut self, _: u32) -> bool {
+        true
     }
 }

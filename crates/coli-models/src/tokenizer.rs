@@ -91,6 +91,58 @@ impl TextTokenizer {
         self.inner.token_to_id(token)
     }
 
+    /// The raw bytes each token id stands for (for grammar masks): GPT-2 byte-level
+    /// tokens are mapped back through the byte alphabet, SentencePiece byte tokens
+    /// `<0xNN>` become that byte and `▁` a space; special (added) tokens get no bytes, so a
+    /// grammar never allows them.
+    pub fn token_bytes(&self) -> Vec<Vec<u8>> {
+        let n = self.inner.get_vocab_size(true);
+        let vocab = self.inner.get_vocab(true);
+        let byte_level = vocab.keys().any(|t| t.starts_with('\u{120}'));
+        let special: std::collections::HashSet<u32> = self
+            .inner
+            .get_added_tokens_decoder()
+            .iter()
+            .filter(|(_, t)| t.special)
+            .map(|(&id, _)| id)
+            .collect();
+        // GPT-2's bytes_to_unicode, inverted.
+        let mut inverse = std::collections::HashMap::new();
+        let mut extra = 0u32;
+        for b in 0u32..256 {
+            let printable = (0x21..=0x7E).contains(&b)
+                || (0xA1..=0xAC).contains(&b)
+                || (0xAE..=0xFF).contains(&b);
+            let c = if printable {
+                b
+            } else {
+                extra += 1;
+                255 + extra
+            };
+            inverse.insert(char::from_u32(c).expect("code point"), b as u8);
+        }
+        let mut out = vec![Vec::new(); n];
+        for (tok, &id) in &vocab {
+            if special.contains(&id) || id as usize >= n {
+                continue;
+            }
+            out[id as usize] =
+                if let Some(hex) = tok.strip_prefix("<0x").and_then(|t| t.strip_suffix('>')) {
+                    u8::from_str_radix(hex, 16)
+                        .map(|b| vec![b])
+                        .unwrap_or_default()
+                } else if byte_level {
+                    tok.chars()
+                        .map(|c| inverse.get(&c).copied())
+                        .collect::<Option<Vec<u8>>>()
+                        .unwrap_or_default()
+                } else {
+                    tok.replace('\u{2581}', " ").into_bytes()
+                };
+        }
+        out
+    }
+
     /// The end-of-sequence token of `tokenizer_config.json`, as an id.
     pub fn eos_id(&self) -> Option<u32> {
         self.eos_token.as_deref().and_then(|t| self.token_id(t))
