@@ -6,11 +6,14 @@
 //! * [`matcher`]: which text a grammar still allows, byte by byte (UTF-8 aware), and where
 //!   the text is complete.
 //! * [`mask`]: the tokens of a vocabulary the grammar allows next, through a byte trie.
+//! * [`cache`]: compiled grammars keyed on their text.
 
+pub mod cache;
 pub mod gbnf;
 pub mod mask;
 pub mod matcher;
 
+pub use cache::GrammarCache;
 pub use gbnf::{parse, Expr, Grammar, GrammarError, Rule};
 pub use mask::TokenTrie;
 pub use matcher::{Compiled, Matcher};

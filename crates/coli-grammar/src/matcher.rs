@@ -41,7 +41,7 @@ pub struct Compiled {
 }
 
 /// A position: rule, alternative, index of the next element.
-type Pos = (u32, u32, u32);
+pub type Pos = (u32, u32, u32);
 
 /// Deepest stack accepted (guards against pathological grammars).
 const MAX_STACK: usize = 4096;
@@ -304,6 +304,11 @@ impl<'g> Matcher<'g> {
                 Elem::Rule(_) => false,
             }
         })
+    }
+
+    /// The state (parse stacks and pending bytes), for comparing matchers.
+    pub fn state(&self) -> (&[Vec<Pos>], &[u8]) {
+        (&self.stacks, &self.pending)
     }
 
     /// Whether the text so far is a complete sentence (end of sequence allowed here).

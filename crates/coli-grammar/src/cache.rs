@@ -1,0 +1,105 @@
+//! The compile cache: grammars keyed on their exact text. A text seen before skips
+//! parsing, validation and compilation; its matcher starts from the compiled start state,
+//! which equals a fresh compile's (tested).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::gbnf::{parse, GrammarError};
+use crate::matcher::Compiled;
+
+/// Source text → (compiled grammar, last use), and the use counter.
+type Entries = (HashMap<String, (Arc<Compiled>, u64)>, u64);
+
+/// Compiled grammars by source text (bounded: the least recently used leaves past `capacity`).
+#[derive(Debug)]
+pub struct GrammarCache {
+    entries: Mutex<Entries>,
+    capacity: usize,
+}
+
+impl GrammarCache {
+    /// A cache holding up to `capacity` grammars.
+    pub fn new(capacity: usize) -> GrammarCache {
+        GrammarCache {
+            entries: Mutex::new((HashMap::new(), 0)),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// The compiled grammar of `text`, compiled now if this text is new.
+    pub fn get(&self, text: &str) -> Result<Arc<Compiled>, GrammarError> {
+        {
+            let mut guard = self.entries.lock().expect("grammar cache");
+            let (map, tick) = &mut *guard;
+            *tick += 1;
+            let now = *tick;
+            if let Some((c, used)) = map.get_mut(text) {
+                *used = now;
+                return Ok(c.clone());
+            }
+        }
+        let compiled = Arc::new(Compiled::new(&parse(text)?));
+        let mut guard = self.entries.lock().expect("grammar cache");
+        let (map, tick) = &mut *guard;
+        if map.len() >= self.capacity {
+            if let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, (_, u))| *u)
+                .map(|(k, _)| k.clone())
+            {
+                map.remove(&oldest);
+            }
+        }
+        map.insert(text.to_string(), (compiled.clone(), *tick));
+        Ok(compiled)
+    }
+
+    /// Grammars held.
+    pub fn len(&self) -> usize {
+        self.entries.lock().expect("grammar cache").0.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_grammar_starts_where_a_fresh_compile_does() {
+        let cache = GrammarCache::new(2);
+        let text = "root ::= \"a\" [0-9]{1,3} | \"b\"+\n";
+        let a = cache.get(text).unwrap();
+        let b = cache.get(text).unwrap();
+        assert!(
+            Arc::ptr_eq(&a, &b),
+            "the second lookup must not compile again"
+        );
+        let fresh = Compiled::new(&parse(text).unwrap());
+        // Used, then reset: the cached grammar's new matcher equals a fresh one, and both
+        // accept and refuse the same inputs from there.
+        let mut used = a.matcher();
+        assert!(used.accept_bytes(b"a12"));
+        let (reset, new) = (b.matcher(), fresh.matcher());
+        assert_eq!(reset.state(), new.state());
+        for t in ["a1", "a123", "a1234", "bbb", "ab", ""] {
+            let (mut x, mut y) = (b.matcher(), fresh.matcher());
+            assert_eq!(
+                x.accept_bytes(t.as_bytes()) && x.is_complete(),
+                y.accept_bytes(t.as_bytes()) && y.is_complete(),
+                "{t}"
+            );
+        }
+        // Bounded, errors not cached.
+        cache.get("root ::= \"x\"").unwrap();
+        cache.get("root ::= \"y\"").unwrap();
+        assert_eq!(cache.len(), 2);
+        assert!(cache.get("root ::= nope").is_err());
+        assert_eq!(cache.len(), 2);
+    }
+}
