@@ -31,6 +31,17 @@ thread_local! {
     static DEQUANT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Runs `f` on this thread's dequantization buffer, at least `len` long.
+fn with_dequant_buf<T>(len: usize, f: impl FnOnce(&mut [f32]) -> T) -> T {
+    DEQUANT.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        if buf.len() < len {
+            buf.resize(len, 0.0);
+        }
+        f(&mut buf[..len])
+    })
+}
+
 /// A row-major weight matrix `[rows, cols]` in its stored format.
 #[derive(Clone, Copy, Debug)]
 pub struct MatRef<'a> {
@@ -105,12 +116,7 @@ impl<'a> MatRef<'a> {
         if self.scales.is_none() {
             return crate::dot::dot(self.fmt, self.row(r), x);
         }
-        DEQUANT.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            if buf.len() < self.cols {
-                buf.resize(self.cols, 0.0);
-            }
-            let row = &mut buf[..self.cols];
+        with_dequant_buf(self.cols, |row| {
             self.dequant_row(r, row);
             crate::dot::dot(WFormat::F32, bytemuck_f32(row), x)
         })
@@ -151,12 +157,8 @@ fn rows_block_scaled(
     r1: usize,
     out: OutPtr,
 ) {
-    DEQUANT.with(|buf| {
-        let mut buf = buf.borrow_mut();
-        let k = m.cols;
-        if buf.len() < 4 * k {
-            buf.resize(4 * k, 0.0);
-        }
+    let k = m.cols;
+    with_dequant_buf(4 * k, |buf| {
         let mut r = r0;
         while r < r1 {
             let nr = (r1 - r).min(4);

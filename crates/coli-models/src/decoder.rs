@@ -1269,7 +1269,10 @@ fn moe_forward(
         // Decode: guess the next MoE layer's experts from the current residual stream (through
         // that layer's own norm) and start reading them while this layer computes (a hint:
         // never changes a result).
-        if let (1, Some((next_layer, next, norm))) = (n, ctx.next) {
+        let guess = ctx
+            .next
+            .filter(|(_, next, _)| n == 1 && ctx.store.speculation_due(next.top_k));
+        if let Some((next_layer, next, norm)) = guess {
             let ne = next.experts.len();
             grow(&mut s.prefetch_logits, ne);
             grow(&mut s.prefetch_x, h);

@@ -719,31 +719,14 @@ impl ExpertStore {
     /// Starts reading experts of `layer` that are not in its cache (at most `cap` of them),
     /// on the I/O threads. No-op without prefetch threads.
     ///
-    /// `speculative` marks guesses (the next layer's likely experts) rather than experts
-    /// known to be needed. A guess evicts a cached expert and costs a read the disk could
-    /// spend on a needed one, so guesses are only issued while at least 4 in 5 of them have
-    /// been used (`(used + 1) / (used + wasted + 2) >= 0.8`); every 16th call still
-    /// guesses, to notice when guessing starts to pay.
+    /// `speculative` marks guesses (the next layer's likely experts, issued when
+    /// [`ExpertStore::speculation_due`] says so) rather than experts known to be needed.
     pub fn prefetch(&self, layer: usize, experts: &[usize], speculative: bool) {
         if !speculative {
             self.touch(layer, experts);
         }
         let Some(tx) = &self.jobs else { return };
         let counters = &self.shared.counters;
-        if speculative && !self.speculate {
-            return;
-        }
-        if speculative {
-            let used = counters.speculative_used.load(Ordering::Relaxed);
-            let wasted = counters.speculative_wasted.load(Ordering::Relaxed);
-            let call = counters.speculation_calls.fetch_add(1, Ordering::Relaxed);
-            if 5 * (used + 1) < 4 * (used + wasted + 2) && !call.is_multiple_of(16) {
-                counters
-                    .speculation_skipped
-                    .fetch_add(experts.len().min(self.cap) as u64, Ordering::Relaxed);
-                return;
-            }
-        }
         let mut c = self.caches[layer].lock().expect("layer cache");
         let experts = &experts[..experts.len().min(self.cap)];
         for &expert in experts {
@@ -780,6 +763,28 @@ impl ExpertStore {
                 pending.set(Err("the I/O threads have stopped".into()));
             }
         }
+    }
+
+    /// Whether to guess the next layer's experts now (asked before computing the guess, so a
+    /// step that will not guess does no work for it). Guesses evict cached experts and cost
+    /// reads the disk could spend on needed ones, so they are made only while at least 4 in
+    /// 5 of them have been used (`(used + 1) / (used + wasted + 2) >= 0.8`); every 16th call
+    /// still guesses, to notice when guessing starts to pay. `guesses` is how many a guess
+    /// would read (counted as skipped otherwise).
+    pub fn speculation_due(&self, guesses: usize) -> bool {
+        if self.jobs.is_none() || !self.speculate {
+            return false;
+        }
+        let c = &self.shared.counters;
+        let used = c.speculative_used.load(Ordering::Relaxed);
+        let wasted = c.speculative_wasted.load(Ordering::Relaxed);
+        let call = c.speculation_calls.fetch_add(1, Ordering::Relaxed);
+        if 5 * (used + 1) < 4 * (used + wasted + 2) && !call.is_multiple_of(16) {
+            c.speculation_skipped
+                .fetch_add(guesses.min(self.cap) as u64, Ordering::Relaxed);
+            return false;
+        }
+        true
     }
 
     /// Marks the cached ones among `experts` (all needed by the current step) as just used,
