@@ -3,6 +3,7 @@
 //! * [`gbnf`]: the GBNF grammar language (llama.cpp's dialect) — parser and validation
 //!   (undefined and duplicate rules, empty grammars, left recursion), with errors that carry
 //!   line, column and the rule's name.
+//! * [`schema`]: JSON Schema → GBNF ([`regex`]: the `pattern` subset).
 //! * [`matcher`]: which text a grammar still allows, byte by byte (UTF-8 aware), and where
 //!   the text is complete.
 //! * [`mask`]: the tokens of a vocabulary the grammar allows next, through a byte trie.
@@ -12,8 +13,11 @@ pub mod cache;
 pub mod gbnf;
 pub mod mask;
 pub mod matcher;
+pub mod regex;
+pub mod schema;
 
 pub use cache::GrammarCache;
 pub use gbnf::{parse, Expr, Grammar, GrammarError, Rule};
 pub use mask::TokenTrie;
 pub use matcher::{Compiled, Matcher};
+pub use schema::{compile_schema, schema_to_gbnf, SchemaError};
