@@ -266,40 +266,15 @@ struct RunArgs {
     #[arg(long)]
     ignore_eos: bool,
     /// Constrain the output to a GBNF grammar (llama.cpp dialect) read from this file.
-    #[arg(long, value_name = "FILE.gbnf")]
+    #[arg(long, value_name = "FILE.gbnf", conflicts_with = "json_schema")]
     grammar: Option<PathBuf>,
-}
-
-/// A GBNF grammar as a sampling constraint: tokens whose bytes the grammar does not allow
-/// get -inf; end-of-sequence only where the text is complete; generation ends when nothing
-/// more may follow.
-struct GrammarConstraint<'g> {
-    matcher: coli_grammar::Matcher<'g>,
-    trie: coli_grammar::TokenTrie,
-    bytes: Vec<Vec<u8>>,
-    eos: Vec<u32>,
-    allowed: Vec<bool>,
-}
-
-impl coli_models::session::Constraint for GrammarConstraint<'_> {
-    fn mask(&mut self, logits: &mut [f32]) {
-        self.trie.mask(&self.matcher, &mut self.allowed);
-        let complete = self.matcher.is_complete();
-        for (id, l) in logits.iter_mut().enumerate() {
-            let ok = self.allowed.get(id).copied().unwrap_or(false)
-                || (complete && self.eos.contains(&(id as u32)));
-            if !ok {
-                *l = f32::NEG_INFINITY;
-            }
-        }
-    }
-    fn accept(&mut self, token: u32) -> bool {
-        if self.eos.contains(&token) {
-            return false;
-        }
-        let bytes = self.bytes.get(token as usize).map_or(&[][..], |b| &b[..]);
-        self.matcher.accept_bytes(bytes) && !self.matcher.is_dead_end()
-    }
+    /// Constrain the output to JSON valid against this JSON Schema file.
+    #[arg(long, value_name = "FILE")]
+    json_schema: Option<PathBuf>,
+    /// Under a grammar, sample grammar-forced tokens one at a time instead of drafting
+    /// them in one batched forward (same output, slower).
+    #[arg(long)]
+    no_drafts: bool,
 }
 
 #[derive(Args)]
@@ -532,28 +507,32 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
         top_p: a.top_p,
         seed: a.seed,
     });
-    let compiled = match &a.grammar {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let g = coli_grammar::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-            Some(coli_grammar::Compiled::new(&g))
-        }
-        None => None,
+    let cache = coli_grammar::GrammarCache::new(1);
+    let read = |path: &PathBuf| {
+        std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    let compiled = match (&a.grammar, &a.json_schema) {
+        (Some(path), _) => Some(
+            cache
+                .get(&read(path)?)
+                .map_err(|e| format!("{}: {e}", path.display()))?,
+        ),
+        (None, Some(path)) => Some(
+            cache
+                .get_schema(&read(path)?)
+                .map_err(|e| format!("{}: {e}", path.display()))?,
+        ),
+        (None, None) => None,
     };
     let mut constraint = match (&compiled, &tokenizer) {
-        (Some(c), Some(tok)) => {
-            let bytes = tok.token_bytes();
-            Some(GrammarConstraint {
-                matcher: c.matcher(),
-                trie: coli_grammar::TokenTrie::new(&bytes),
-                bytes,
-                eos: stop.clone(),
-                allowed: Vec::new(),
-            })
-        }
+        (Some(c), Some(tok)) => Some(
+            coli_models::constrained::GrammarConstraint::new(c, tok.token_bytes(), stop.clone())
+                .with_drafts(!a.no_drafts),
+        ),
         (Some(_), None) => {
-            return Err("--grammar needs the model's tokenizer.json (token bytes)".into())
+            return Err(
+                "--grammar/--json-schema need the model's tokenizer.json (token bytes)".into(),
+            )
         }
         _ => None,
     };
@@ -608,6 +587,7 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
                 "ttft_ms": st.ttft_s * 1e3,
                 "prefill_tok_s": st.prompt_tokens as f64 / st.prefill_s.max(1e-9),
                 "decode_tok_s": if st.decode_tokens > 0 { st.decode_tokens as f64 / st.decode_s.max(1e-9) } else { 0.0 },
+                "drafted_tokens": st.drafted_tokens,
             }
         });
         let mut v = v;

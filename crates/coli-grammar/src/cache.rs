@@ -1,14 +1,15 @@
-//! The compile cache: grammars keyed on their exact text. A text seen before skips
-//! parsing, validation and compilation; its matcher starts from the compiled start state,
-//! which equals a fresh compile's (tested).
+//! The compile cache: grammars and JSON Schemas keyed on their exact text. A text seen
+//! before skips schema conversion, parsing, validation and compilation; its matcher starts
+//! from the compiled start state, which equals a fresh compile's (tested).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::gbnf::{parse, GrammarError};
 use crate::matcher::Compiled;
+use crate::schema::{compile_schema, SchemaError};
 
-/// Source text → (compiled grammar, last use), and the use counter.
+/// Kind-tagged source text → (compiled grammar, last use), and the use counter.
 type Entries = (HashMap<String, (Arc<Compiled>, u64)>, u64);
 
 /// Compiled grammars by source text (bounded: the least recently used leaves past `capacity`).
@@ -27,20 +28,36 @@ impl GrammarCache {
         }
     }
 
-    /// The compiled grammar of `text`, compiled now if this text is new.
+    /// The compiled GBNF grammar `text`, compiled now if this text is new.
     pub fn get(&self, text: &str) -> Result<Arc<Compiled>, GrammarError> {
+        self.get_or(format!("gbnf\0{text}"), || Ok(Compiled::new(&parse(text)?)))
+    }
+
+    /// The compiled grammar of the JSON Schema `text`, converted and compiled now if this
+    /// text is new.
+    pub fn get_schema(&self, text: &str) -> Result<Arc<Compiled>, SchemaError> {
+        self.get_or(format!("schema\0{text}"), || {
+            Ok(Compiled::new(&compile_schema(text)?))
+        })
+    }
+
+    fn get_or<E>(
+        &self,
+        key: String,
+        compile: impl FnOnce() -> Result<Compiled, E>,
+    ) -> Result<Arc<Compiled>, E> {
         {
-            let mut guard = self.entries.lock().expect("grammar cache");
+            let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
             let (map, tick) = &mut *guard;
             *tick += 1;
             let now = *tick;
-            if let Some((c, used)) = map.get_mut(text) {
+            if let Some((c, used)) = map.get_mut(&key) {
                 *used = now;
                 return Ok(c.clone());
             }
         }
-        let compiled = Arc::new(Compiled::new(&parse(text)?));
-        let mut guard = self.entries.lock().expect("grammar cache");
+        let compiled = Arc::new(compile()?);
+        let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let (map, tick) = &mut *guard;
         if map.len() >= self.capacity {
             if let Some(oldest) = map
@@ -51,7 +68,7 @@ impl GrammarCache {
                 map.remove(&oldest);
             }
         }
-        map.insert(text.to_string(), (compiled.clone(), *tick));
+        map.insert(key, (compiled.clone(), *tick));
         Ok(compiled)
     }
 

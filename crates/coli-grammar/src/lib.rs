@@ -18,6 +18,6 @@ pub mod schema;
 
 pub use cache::GrammarCache;
 pub use gbnf::{parse, Expr, Grammar, GrammarError, Rule};
-pub use mask::TokenTrie;
+pub use mask::{TokenMask, TokenTrie};
 pub use matcher::{Compiled, Matcher};
 pub use schema::{compile_schema, schema_to_gbnf, SchemaError};

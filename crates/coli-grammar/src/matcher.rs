@@ -9,6 +9,8 @@
 //! in the middle of a character.
 
 use crate::gbnf::{Expr, Grammar};
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// One element of a compiled alternative.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,11 +35,14 @@ impl Elem {
     }
 }
 
-/// Rules as alternatives of element sequences.
-#[derive(Clone, Debug)]
+/// A compiled grammar: rules as alternatives of element sequences, the start state, and
+/// the automaton its matchers share.
+#[derive(Debug)]
 pub struct Compiled {
     rules: Vec<Vec<Vec<Elem>>>,
     root: usize,
+    start: StateData,
+    dfa: Mutex<Dfa>,
 }
 
 /// A position: rule, alternative, index of the next element.
@@ -49,17 +54,132 @@ const MAX_STACK: usize = 4096;
 /// Most stacks kept at once (ambiguous grammars can multiply them).
 const MAX_STACKS: usize = 4096;
 
+/// Most states the lazy automaton keeps before it starts afresh.
+const MAX_DFA_STATES: usize = 1 << 14;
+
+/// Transition not computed yet.
+const UNKNOWN: u32 = u32::MAX;
+/// Transition to nothing: the byte is refused.
+const DEAD: u32 = u32::MAX - 1;
+
+/// A matcher state: the parse stacks (sorted, deduplicated) and the bytes of an incomplete
+/// UTF-8 character.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+struct StateData {
+    /// Each stack's top is a position whose next element is a character set, or the stack
+    /// is empty (complete).
+    stacks: Vec<Vec<Pos>>,
+    pending: Vec<u8>,
+}
+
+/// The lazily built deterministic automaton over matcher states: each state seen gets an
+/// id, and each (state, byte) transition is computed once. Shared by every matcher of a
+/// compiled grammar.
+#[derive(Debug, Default)]
+struct Dfa {
+    states: Vec<StateData>,
+    index: HashMap<StateData, u32>,
+    /// `states.len() * 256` transitions.
+    trans: Vec<u32>,
+    /// Per state: the forced next character (`UNKNOWN` not computed, `DEAD` none).
+    forced: Vec<u32>,
+    /// Per state: whether it loops on every string-content character (0 unknown, 1 no,
+    /// 2 yes).
+    loops: Vec<u8>,
+    /// Bumped when the automaton is cleared, so matchers know their id is stale.
+    epoch: u64,
+}
+
+impl Dfa {
+    fn intern(&mut self, d: StateData) -> u32 {
+        if let Some(&i) = self.index.get(&d) {
+            return i;
+        }
+        let i = self.states.len() as u32;
+        self.states.push(d.clone());
+        self.index.insert(d, i);
+        self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
+        self.forced.push(UNKNOWN);
+        self.loops.push(0);
+        i
+    }
+}
+
+/// Steps through the shared automaton (while its lock is held).
+pub(crate) struct Stepper<'a> {
+    g: &'a Compiled,
+    dfa: &'a mut Dfa,
+}
+
+impl Stepper<'_> {
+    /// Whether every character of `class` (sorted, disjoint ranges; the trie's slice
+    /// class) leads from `s` back to `s`. Characters every stack top treats alike lead to
+    /// the same state, so one representative decides.
+    pub(crate) fn loops_on(&mut self, s: u32, class: &[(u32, u32)]) -> bool {
+        let known = self.dfa.loops[s as usize];
+        if known != 0 {
+            return known == 2;
+        }
+        let d = &self.dfa.states[s as usize];
+        let uniform = d.pending.is_empty()
+            && d.stacks.iter().all(|st| match st.last() {
+                None => true,
+                Some(&(r, a, i)) => match &self.g.rules[r as usize][a as usize][i as usize] {
+                    // Inside or outside the class's set, negated or not.
+                    Elem::Chars { ranges, .. } => covers(ranges, class) || disjoint(ranges, class),
+                    Elem::Rule(_) => false,
+                },
+            });
+        let yes = uniform && {
+            let rep = char::from_u32(class[0].0).expect("a character");
+            let mut buf = [0u8; 4];
+            let mut t = Some(s);
+            for &b in rep.encode_utf8(&mut buf).as_bytes() {
+                t = t.and_then(|t| self.step(t, b));
+            }
+            t == Some(s)
+        };
+        self.dfa.loops[s as usize] = if yes { 2 } else { 1 };
+        yes
+    }
+
+    /// The state after byte `b` from state `s`, or `None` if `b` is refused.
+    #[inline]
+    pub(crate) fn step(&mut self, s: u32, b: u8) -> Option<u32> {
+        let idx = s as usize * 256 + b as usize;
+        let mut t = self.dfa.trans[idx];
+        if t == UNKNOWN {
+            t = match self.g.step_state(&self.dfa.states[s as usize], b) {
+                Some(d) => self.dfa.intern(d),
+                None => DEAD,
+            };
+            self.dfa.trans[idx] = t;
+        }
+        (t != DEAD).then_some(t)
+    }
+}
+
 impl Compiled {
     /// Compiles a parsed grammar.
     pub fn new(g: &Grammar) -> Compiled {
         let mut c = Compiled {
             rules: vec![Vec::new(); g.rules.len()],
             root: g.root,
+            start: StateData::default(),
+            dfa: Mutex::new(Dfa::default()),
         };
         for (i, r) in g.rules.iter().enumerate() {
             let alts = c.alternatives(&r.expr);
             c.rules[i] = alts;
         }
+        let mut start = Vec::new();
+        for alt in 0..c.rules[c.root].len() {
+            c.expand(vec![(c.root as u32, alt as u32, 0)], &mut start);
+        }
+        c.start = StateData {
+            stacks: dedup(start),
+            pending: Vec::new(),
+        };
         c
     }
 
@@ -135,18 +255,200 @@ impl Compiled {
 
     /// A matcher at the start of the grammar.
     pub fn matcher(&self) -> Matcher<'_> {
-        let mut m = Matcher {
+        Matcher {
             g: self,
-            stacks: Vec::new(),
-            pending: Vec::new(),
-        };
-        let mut start = Vec::new();
-        for alt in 0..self.rules[self.root].len() {
-            m.expand(vec![(self.root as u32, alt as u32, 0)], &mut start);
+            data: self.start.clone(),
+            hint: (u64::MAX, 0),
         }
-        m.stacks = dedup(start);
-        m
     }
+
+    /// Normalises `stack` (popping finished positions, expanding rule references) into
+    /// stacks whose top waits for a character, pushing them onto `out`. A reference that
+    /// ends its alternative replaces the position instead of stacking on it (a tail call),
+    /// so repetitions run in constant stack depth.
+    fn expand(&self, mut stack: Vec<Pos>, out: &mut Vec<Vec<Pos>>) {
+        if stack.len() > MAX_STACK || out.len() >= MAX_STACKS {
+            return;
+        }
+        let Some(&(r, a, i)) = stack.last() else {
+            out.push(stack);
+            return;
+        };
+        let alt = &self.rules[r as usize][a as usize];
+        match alt.get(i as usize) {
+            None => {
+                stack.pop();
+                // Continue after the reference that led here.
+                if let Some(top) = stack.last_mut() {
+                    top.2 += 1;
+                }
+                self.expand(stack, out)
+            }
+            Some(Elem::Chars { .. }) => out.push(stack),
+            Some(Elem::Rule(sub)) => {
+                let tail = i as usize + 1 == alt.len();
+                if tail {
+                    stack.pop();
+                }
+                for sa in 0..self.rules[*sub].len() {
+                    let mut s = stack.clone();
+                    s.push((*sub as u32, sa as u32, 0));
+                    self.expand(s, out);
+                }
+            }
+        }
+    }
+
+    /// The stacks after character `c`, or `None` if no stack takes it.
+    fn advance(&self, stacks: &[Vec<Pos>], c: u32) -> Option<Vec<Vec<Pos>>> {
+        let mut next = Vec::new();
+        for s in stacks {
+            if let Some(&(r, a, i)) = s.last() {
+                let e = &self.rules[r as usize][a as usize][i as usize];
+                if e.accepts(c) {
+                    let mut s = s.clone();
+                    s.last_mut().expect("top").2 += 1;
+                    self.expand(s, &mut next);
+                }
+            }
+        }
+        (!next.is_empty()).then(|| dedup(next))
+    }
+
+    /// The state after one byte (UTF-8 decoded incrementally), or `None` if refused.
+    fn step_state(&self, d: &StateData, b: u8) -> Option<StateData> {
+        let mut pending = d.pending.clone();
+        pending.push(b);
+        match std::str::from_utf8(&pending) {
+            Ok(s) => {
+                let c = s.chars().next().expect("one char");
+                Some(StateData {
+                    stacks: self.advance(&d.stacks, c as u32)?,
+                    pending: Vec::new(),
+                })
+            }
+            Err(e) if e.error_len().is_none() && pending.len() < 4 => {
+                // Half a character: keep it only if some character it can still become
+                // is allowed here.
+                let (lo, hi) = prefix_range(&pending);
+                self.could_accept(&d.stacks, lo, hi).then(|| StateData {
+                    stacks: d.stacks.clone(),
+                    pending,
+                })
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Whether some stack's next element accepts a code point in `lo..=hi`.
+    fn could_accept(&self, stacks: &[Vec<Pos>], lo: u32, hi: u32) -> bool {
+        stacks.iter().any(|s| {
+            let Some(&(r, a, i)) = s.last() else {
+                return false;
+            };
+            match &self.rules[r as usize][a as usize][i as usize] {
+                Elem::Chars {
+                    negated: false,
+                    ranges,
+                } => ranges.iter().any(|&(x, y)| x <= hi && lo <= y),
+                Elem::Chars {
+                    negated: true,
+                    ranges,
+                } => {
+                    // Some code point of lo..=hi outside every range.
+                    let mut sorted: Vec<(u32, u32)> = ranges.clone();
+                    sorted.sort_unstable();
+                    let mut next = lo;
+                    for (x, y) in sorted {
+                        if x > next {
+                            break;
+                        }
+                        next = next.max(y.saturating_add(1));
+                    }
+                    next <= hi
+                }
+                Elem::Rule(_) => false,
+            }
+        })
+    }
+
+    /// The one character every continuation of `d` must start with, if there is one
+    /// (and the text is not complete: then ending is another choice).
+    fn forced_char(&self, d: &StateData) -> Option<u32> {
+        if !d.pending.is_empty() || d.stacks.iter().any(Vec::is_empty) {
+            return None;
+        }
+        let mut only = None;
+        for s in &d.stacks {
+            let &(r, a, i) = s.last().expect("non-empty");
+            match &self.rules[r as usize][a as usize][i as usize] {
+                Elem::Chars {
+                    negated: false,
+                    ranges,
+                } => {
+                    for &(x, y) in ranges {
+                        if x != y || only.is_some_and(|o| o != x) {
+                            return None;
+                        }
+                        only = Some(x);
+                    }
+                }
+                _ => return None,
+            }
+        }
+        only
+    }
+
+    /// Runs `f` with exclusive use of the shared automaton, positioned at `m`'s state.
+    pub(crate) fn with_stepper<R>(&self, m: &Matcher, f: impl FnOnce(&mut Stepper, u32) -> R) -> R {
+        let mut dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
+        if dfa.states.len() > MAX_DFA_STATES {
+            let epoch = dfa.epoch + 1;
+            *dfa = Dfa {
+                epoch,
+                ..Dfa::default()
+            };
+        }
+        let id = if m.hint.0 == dfa.epoch {
+            m.hint.1
+        } else {
+            dfa.intern(m.data.clone())
+        };
+        let mut st = Stepper {
+            g: self,
+            dfa: &mut dfa,
+        };
+        f(&mut st, id)
+    }
+}
+
+/// Whether the union of `ranges` contains every code point of `class`.
+fn covers(ranges: &[(u32, u32)], class: &[(u32, u32)]) -> bool {
+    let mut sorted = ranges.to_vec();
+    sorted.sort_unstable();
+    class.iter().all(|&(lo, hi)| {
+        // Walk the sorted ranges, extending coverage from lo.
+        let mut next = lo;
+        for &(x, y) in &sorted {
+            if x > next {
+                break;
+            }
+            if y >= next {
+                next = y.saturating_add(1);
+            }
+            if next > hi {
+                return true;
+            }
+        }
+        next > hi
+    })
+}
+
+/// Whether no code point of `class` is in `ranges`.
+fn disjoint(ranges: &[(u32, u32)], class: &[(u32, u32)]) -> bool {
+    ranges
+        .iter()
+        .all(|&(x, y)| class.iter().all(|&(lo, hi)| y < lo || hi < x))
 }
 
 /// The code points a valid UTF-8 prefix (lead byte and some continuation bytes) can still
@@ -178,147 +480,91 @@ fn dedup(mut v: Vec<Vec<Pos>>) -> Vec<Vec<Pos>> {
     v
 }
 
-/// The state of matching a text against a grammar.
+/// The state of matching a text against a grammar. Cheap to clone; transitions are
+/// computed once per grammar and shared.
 #[derive(Clone, Debug)]
 pub struct Matcher<'g> {
     g: &'g Compiled,
-    /// Each stack's top is a position whose next element is a character set, or the stack
-    /// is empty (complete).
-    stacks: Vec<Vec<Pos>>,
-    /// Bytes of an incomplete UTF-8 character.
-    pending: Vec<u8>,
+    data: StateData,
+    /// (automaton epoch, state id) of `data`, when known.
+    hint: (u64, u32),
 }
 
 impl<'g> Matcher<'g> {
-    /// Normalises `stack` (popping finished positions, expanding rule references) into
-    /// stacks whose top waits for a character, pushing them onto `out`.
-    fn expand(&self, mut stack: Vec<Pos>, out: &mut Vec<Vec<Pos>>) {
-        if stack.len() > MAX_STACK || out.len() >= MAX_STACKS {
-            return;
-        }
-        let Some(&(r, a, i)) = stack.last() else {
-            out.push(stack);
-            return;
-        };
-        let alt = &self.g.rules[r as usize][a as usize];
-        match alt.get(i as usize) {
-            None => {
-                stack.pop();
-                // Continue after the reference that led here.
-                if let Some(top) = stack.last_mut() {
-                    top.2 += 1;
-                }
-                self.expand(stack, out)
-            }
-            Some(Elem::Chars { .. }) => out.push(stack),
-            Some(Elem::Rule(sub)) => {
-                for sa in 0..self.g.rules[*sub].len() {
-                    let mut s = stack.clone();
-                    s.push((*sub as u32, sa as u32, 0));
-                    self.expand(s, out);
-                }
-            }
-        }
-    }
-
     /// Advances by one character; false (and unchanged) if the grammar does not allow it.
     pub fn accept_char(&mut self, c: char) -> bool {
-        let mut next = Vec::new();
-        for s in &self.stacks {
-            if let Some(&(r, a, i)) = s.last() {
-                let e = &self.g.rules[r as usize][a as usize][i as usize];
-                if e.accepts(c as u32) {
-                    let mut s = s.clone();
-                    s.last_mut().expect("top").2 += 1;
-                    self.expand(s, &mut next);
-                }
-            }
-        }
-        if next.is_empty() {
-            return false;
-        }
-        self.stacks = dedup(next);
-        true
+        let mut buf = [0u8; 4];
+        self.accept_bytes(c.encode_utf8(&mut buf).as_bytes())
     }
 
     /// Advances by bytes (UTF-8, characters may be split across calls); false (and
     /// unchanged) if the grammar does not allow them or they are not valid UTF-8.
     pub fn accept_bytes(&mut self, bytes: &[u8]) -> bool {
-        let saved = (self.stacks.clone(), self.pending.clone());
-        for &b in bytes {
-            self.pending.push(b);
-            match std::str::from_utf8(&self.pending) {
-                Ok(s) => {
-                    let c = s.chars().next().expect("one char");
-                    self.pending.clear();
-                    if !self.accept_char(c) {
-                        (self.stacks, self.pending) = saved;
-                        return false;
-                    }
-                }
-                Err(e) if e.error_len().is_none() && self.pending.len() < 4 => {
-                    // Half a character: keep it only if some character it can still
-                    // become is allowed here.
-                    let (lo, hi) = prefix_range(&self.pending);
-                    if !self.could_accept(lo, hi) {
-                        (self.stacks, self.pending) = saved;
-                        return false;
-                    }
-                }
-                Err(_) => {
-                    (self.stacks, self.pending) = saved;
-                    return false;
-                }
+        let g = self.g;
+        let r = g.with_stepper(self, |st, mut s| {
+            for &b in bytes {
+                s = st.step(s, b)?;
             }
+            Some((st.dfa.epoch, s, st.dfa.states[s as usize].clone()))
+        });
+        match r {
+            Some((epoch, id, data)) => {
+                self.data = data;
+                self.hint = (epoch, id);
+                true
+            }
+            None => false,
         }
-        true
     }
 
-    /// Whether some stack's next element accepts a code point in `lo..=hi`.
-    fn could_accept(&self, lo: u32, hi: u32) -> bool {
-        self.stacks.iter().any(|s| {
-            let Some(&(r, a, i)) = s.last() else {
-                return false;
-            };
-            match &self.g.rules[r as usize][a as usize][i as usize] {
-                Elem::Chars {
-                    negated: false,
-                    ranges,
-                } => ranges.iter().any(|&(x, y)| x <= hi && lo <= y),
-                Elem::Chars {
-                    negated: true,
-                    ranges,
-                } => {
-                    // Some code point of lo..=hi outside every range.
-                    let mut sorted: Vec<(u32, u32)> = ranges.clone();
-                    sorted.sort_unstable();
-                    let mut next = lo;
-                    for (x, y) in sorted {
-                        if x > next {
-                            break;
-                        }
-                        next = next.max(y.saturating_add(1));
-                    }
-                    next <= hi
+    /// The bytes every continuation must start with (at most `max`): the grammar allows
+    /// exactly one next character at each of them and the text is not complete before
+    /// them. An engine can draft the tokens of these bytes without sampling.
+    pub fn forced_bytes(&self, max: usize) -> Vec<u8> {
+        let g = self.g;
+        g.with_stepper(self, |st, mut s| {
+            let mut out = Vec::new();
+            while out.len() < max {
+                let mut f = st.dfa.forced[s as usize];
+                if f == UNKNOWN {
+                    f = g.forced_char(&st.dfa.states[s as usize]).unwrap_or(DEAD);
+                    st.dfa.forced[s as usize] = f;
                 }
-                Elem::Rule(_) => false,
+                let Some(c) = char::from_u32(f).filter(|_| f != DEAD) else {
+                    break;
+                };
+                let mut buf = [0u8; 4];
+                let enc = c.encode_utf8(&mut buf).as_bytes();
+                if out.len() + enc.len() > max {
+                    break;
+                }
+                for &b in enc.iter() {
+                    s = st.step(s, b).expect("a forced character is accepted");
+                }
+                out.extend_from_slice(enc);
             }
+            out
         })
     }
 
     /// The state (parse stacks and pending bytes), for comparing matchers.
     pub fn state(&self) -> (&[Vec<Pos>], &[u8]) {
-        (&self.stacks, &self.pending)
+        (&self.data.stacks, &self.data.pending)
     }
 
     /// Whether the text so far is a complete sentence (end of sequence allowed here).
     pub fn is_complete(&self) -> bool {
-        self.pending.is_empty() && self.stacks.iter().any(Vec::is_empty)
+        self.data.pending.is_empty() && self.data.stacks.iter().any(Vec::is_empty)
     }
 
     /// Whether no continuation is possible (nothing more may be added).
     pub fn is_dead_end(&self) -> bool {
-        self.stacks.iter().all(Vec::is_empty)
+        self.data.stacks.iter().all(Vec::is_empty)
+    }
+
+    /// The compiled grammar this matcher runs.
+    pub fn grammar(&self) -> &'g Compiled {
+        self.g
     }
 
     /// Whether `text` is a whole sentence of the grammar (a fresh matcher, every byte, end).

@@ -88,3 +88,76 @@ fn invalid_instances_are_rejected() {
         }
     }
 }
+
+/// A vocabulary from the corpus itself: every byte, every substring of up to 6 characters
+/// of every valid instance (compact and pretty), and some multi-byte and split characters.
+fn corpus_vocab(texts: &[String]) -> Vec<Vec<u8>> {
+    let mut set = std::collections::BTreeSet::new();
+    for b in 0..=255u8 {
+        set.insert(vec![b]);
+    }
+    for t in texts {
+        let chars: Vec<char> = t.chars().collect();
+        for i in 0..chars.len() {
+            for n in 1..=6.min(chars.len() - i) {
+                set.insert(chars[i..i + n].iter().collect::<String>().into_bytes());
+            }
+        }
+    }
+    for s in ["é", "太郎", "\u{1F600}", "a\u{e9}", " \"", "\":", "\\n"] {
+        set.insert(s.as_bytes().to_vec());
+    }
+    set.insert(vec![0xC3]);
+    set.insert(vec![0xA9, b'"']);
+    let mut v: Vec<Vec<u8>> = set.into_iter().collect();
+    v.push(Vec::new()); // a special token
+    v
+}
+
+#[test]
+fn masks_with_the_slice_shortcut_equal_walking_every_token() {
+    use coli_grammar::{TokenMask, TokenTrie};
+    let cases = corpus();
+    let texts: Vec<String> = cases
+        .iter()
+        .flat_map(|(_, _, valid, _)| {
+            valid.iter().flat_map(|v| {
+                [
+                    serde_json::to_string(v).unwrap(),
+                    serde_json::to_string_pretty(v).unwrap(),
+                ]
+            })
+        })
+        .collect();
+    let vocab = corpus_vocab(&texts);
+    let trie = TokenTrie::new(&vocab);
+    let (mut fast, mut slow) = (TokenMask::default(), TokenMask::default());
+    let mut checked = 0;
+    for (name, schema, valid, _) in &cases {
+        let c = Compiled::new(&compile_schema(&schema.to_string()).unwrap());
+        for v in valid {
+            let text = serde_json::to_string_pretty(v).unwrap();
+            let mut m = c.matcher();
+            for (i, b) in text.bytes().enumerate() {
+                trie.mask(&m, &mut fast);
+                trie.mask_walking_all(&m, &mut slow);
+                assert_eq!(fast, slow, "{name} at byte {i} of {text}");
+                if i % 7 == 0 {
+                    // Against feeding each token alone.
+                    for (id, bytes) in vocab.iter().enumerate() {
+                        let mut alone = m.clone();
+                        let want = !bytes.is_empty() && alone.accept_bytes(bytes);
+                        assert_eq!(
+                            fast.is_allowed(id as u32),
+                            want,
+                            "{name} byte {i} token {bytes:?}"
+                        );
+                    }
+                }
+                checked += 1;
+                assert!(m.accept_bytes(&[b]));
+            }
+        }
+    }
+    assert!(checked > 1000);
+}

@@ -16,6 +16,7 @@
 //! # Ok::<(), coli_models::ModelError>(())
 //! ```
 
+pub mod constrained;
 pub mod convert;
 pub mod decoder;
 pub mod deepseek_v3;

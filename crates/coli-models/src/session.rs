@@ -38,6 +38,8 @@ pub struct GenStats {
     pub decode_tokens: usize,
     /// Seconds spent in those steps.
     pub decode_s: f64,
+    /// Of the decoded tokens, those that came from grammar-forced drafts (fed in a batch).
+    pub drafted_tokens: usize,
 }
 
 /// The result of [`Session::generate`].
@@ -197,7 +199,9 @@ impl<'m> Session<'m> {
         let mut generated = Vec::with_capacity(max_tokens);
         let mut finish = FinishReason::Length;
         let t1 = Instant::now();
-        while generated.len() < max_tokens {
+        let vocab = self.model.info.vocab_size;
+        let mut rows: Vec<f32> = Vec::new();
+        'outer: while generated.len() < max_tokens {
             generated.push(next);
             on_token(next);
             if stop_ids.contains(&next) {
@@ -211,9 +215,46 @@ impl<'m> Session<'m> {
             if generated.len() == max_tokens || self.pos >= capacity {
                 break;
             }
-            let logits = self.forward(&[next], false)?;
-            next = pick(logits, constraint)?;
-            stats.decode_tokens += 1;
+            // Tokens the constraint forces: fed with `next` in one batch, then each is kept
+            // while sampling its row picks it (the same picks, in the same order, as one
+            // token at a time: batched logits equal single ones bit for bit).
+            let mut draft = constraint.draft();
+            let room = (max_tokens - generated.len()).min(capacity - self.pos);
+            draft.truncate(room.saturating_sub(1));
+            if draft.is_empty() {
+                let logits = self.forward(&[next], false)?;
+                next = pick(logits, constraint)?;
+                stats.decode_tokens += 1;
+                continue;
+            }
+            let base = self.pos;
+            let mut batch = Vec::with_capacity(draft.len() + 1);
+            batch.push(next);
+            batch.extend_from_slice(&draft);
+            rows.clear();
+            rows.extend_from_slice(self.forward(&batch, true)?);
+            let mut kept = 0;
+            loop {
+                let t = pick(&rows[kept * vocab..(kept + 1) * vocab], constraint)?;
+                stats.decode_tokens += 1;
+                if kept < draft.len() && t == draft[kept] {
+                    kept += 1;
+                    stats.drafted_tokens += 1;
+                    generated.push(t);
+                    on_token(t);
+                    if stop_ids.contains(&t) || !constraint.accept(t) {
+                        finish = FinishReason::Stop;
+                        break 'outer;
+                    }
+                    if generated.len() == max_tokens {
+                        break 'outer;
+                    }
+                } else {
+                    next = t;
+                    break;
+                }
+            }
+            self.pos = base + 1 + kept;
         }
         stats.decode_s = t1.elapsed().as_secs_f64();
         Ok(Generation {
@@ -235,6 +276,11 @@ pub trait Constraint {
     fn mask(&mut self, logits: &mut [f32]);
     /// Records the sampled token; false when the output is complete and must end.
     fn accept(&mut self, token: u32) -> bool;
+    /// Tokens the constraint forces next (after the tokens accepted so far), to be fed in
+    /// one batch and kept while sampling picks them; none by default.
+    fn draft(&mut self) -> Vec<u32> {
+        Vec::new()
+    }
 }
 
 /// No constraint.

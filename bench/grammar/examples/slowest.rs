@@ -1,0 +1,62 @@
+//! Lists the slowest mask positions over the corpus (warm), to see which states cost.
+use coli_grammar::{compile_schema, Compiled, TokenMask, TokenTrie};
+use std::time::Instant;
+fn main() {
+    let dir = coli_models::demo::ensure_demo_model(|_, _| {}).unwrap();
+    let tok = coli_models::TextTokenizer::load(&dir).unwrap();
+    let vocab = tok.token_bytes();
+    let trie = TokenTrie::new(&vocab);
+    let cdir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../crates/coli-grammar/corpus");
+    let mut files: Vec<_> = std::fs::read_dir(&cdir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut rows = Vec::new();
+    let mut mask = TokenMask::default();
+    for p in files {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let c = Compiled::new(&compile_schema(&v["schema"].to_string()).unwrap());
+        let text = serde_json::to_string(&v["valid"][0]).unwrap();
+        let seq = trie.greedy_tokens(text.as_bytes());
+        for round in 0..2 {
+            let mut m = c.matcher();
+            let mut done = String::new();
+            for &t in &seq {
+                let t0 = Instant::now();
+                trie.mask(&m, &mut mask);
+                let us = t0.elapsed().as_secs_f64() * 1e6;
+                if round == 1 {
+                    rows.push((
+                        us,
+                        mask.count(),
+                        p.file_stem().unwrap().to_string_lossy().into_owned(),
+                        done.clone(),
+                    ));
+                }
+                m.accept_bytes(&vocab[t as usize]);
+                done.push_str(&String::from_utf8_lossy(&vocab[t as usize]));
+            }
+        }
+    }
+    let total: f64 = rows.iter().map(|r| r.0).sum();
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    println!(
+        "{} masks, mean {:.1} us",
+        rows.len(),
+        total / rows.len() as f64
+    );
+    for r in rows.iter().take(25) {
+        let tail: String =
+            r.3.chars()
+                .rev()
+                .take(40)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+        println!("{:8.1} us {:6} allowed  {}  ...{}", r.0, r.1, r.2, tail);
+    }
+}
