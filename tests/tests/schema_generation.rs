@@ -104,7 +104,9 @@ fn random_model_output_validates_for_every_corpus_schema() {
             .unwrap();
         for (seed, temperature) in [(1, 1.0), (2, 1.0), (3, 1.5), (4, 0.7), (5, 1.0)] {
             let mut texts = Vec::new();
-            for drafts in [true, false] {
+            // Drafts on, and for the first seed also off (the same output is expected).
+            let modes: &[bool] = if seed == 1 { &[true, false] } else { &[true] };
+            for &drafts in modes {
                 let mut c = Leaning {
                     inner: GrammarConstraint::new(&compiled, bytes.clone(), eos.clone())
                         .with_drafts(drafts),

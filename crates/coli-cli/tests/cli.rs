@@ -1045,3 +1045,110 @@ fn grammar_constrained_generation() {
         "line 1, column 16 (rule \"missing\"): undefined rule",
     );
 }
+
+#[test]
+fn json_schema_constrained_generation() {
+    let dir = coli_models::demo::ensure_demo_model(|_, _| {}).expect("demo model");
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../coli-grammar/corpus");
+    for name in [
+        "01-weather-call",
+        "26-openai-tool-call",
+        "32-sentiment",
+        "09-const-version",
+    ] {
+        let v: Value = serde_json::from_str(
+            &std::fs::read_to_string(corpus.join(format!("{name}.json"))).unwrap(),
+        )
+        .unwrap();
+        let schema = &v["schema"];
+        let path = tmp.path().join(format!("{name}.schema.json"));
+        std::fs::write(&path, schema.to_string()).unwrap();
+        let validator = jsonschema::options()
+            .should_validate_formats(true)
+            .build(schema)
+            .unwrap();
+        for (temp, seed) in [("0", "0"), ("0.8", "3")] {
+            let mut texts = Vec::new();
+            for drafts in [true, false] {
+                let mut args = vec![
+                    "run",
+                    "--model",
+                    path_str(&dir),
+                    "--chat",
+                    "--prompt",
+                    "Call the weather tool for Paris. Reply with JSON only.",
+                    "--json-schema",
+                    path_str(&path),
+                    "--max-tokens",
+                    "300",
+                    "--temperature",
+                    temp,
+                    "--seed",
+                    seed,
+                    "--json",
+                ];
+                if !drafts {
+                    args.push("--no-drafts");
+                }
+                let out = coli(&args);
+                assert!(
+                    out.status.success(),
+                    "{name}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let r = last_json(&out);
+                let text = r["text"].as_str().unwrap().to_string();
+                assert_eq!(r["finish_reason"], "stop", "{name} t={temp}: {text}");
+                let parsed: Value = serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("{name} t={temp}: {e}: {text}"));
+                assert!(validator.is_valid(&parsed), "{name} t={temp}: {text}");
+                texts.push((r["generated_ids"].clone(), text));
+            }
+            assert_eq!(texts[0], texts[1], "{name}: drafts changed the output");
+        }
+    }
+    // A keyword it cannot honour, a malformed file, a missing file: named errors, exit 2.
+    let bad = tmp.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 5}}}"#,
+    )
+    .unwrap();
+    let base = [
+        "run",
+        "--model",
+        path_str(&dir),
+        "--prompt",
+        "x",
+        "--json-schema",
+    ];
+    let with = |p: &Path| -> Vec<String> {
+        base.iter()
+            .map(|s| s.to_string())
+            .chain([path_str(p).to_string()])
+            .collect()
+    };
+    let args = with(&bad);
+    expect_error(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        "multipleOf",
+    );
+    assert!(String::from_utf8_lossy(
+        &coli(&args.iter().map(String::as_str).collect::<Vec<_>>()).stderr
+    )
+    .contains("/properties/n"));
+    std::fs::write(&bad, "{ not json").unwrap();
+    expect_error(
+        &with(&bad).iter().map(String::as_str).collect::<Vec<_>>(),
+        "not valid JSON",
+    );
+    let missing = tmp.path().join("missing.json");
+    expect_error(
+        &with(&missing)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        "missing.json",
+    );
+}

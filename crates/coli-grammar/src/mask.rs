@@ -2,7 +2,7 @@
 //! strings form a trie; one walk from the matcher's state visits each shared prefix once
 //! (a token may span several grammar elements, or end inside a UTF-8 character).
 
-use crate::matcher::{Matcher, Stepper};
+use crate::matcher::{Matcher, Stepper, Uniform};
 
 /// Which tokens are allowed: one bit per token id.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -45,18 +45,27 @@ impl TokenMask {
     }
 }
 
-/// The characters of JSON string content written plainly (no quote, backslash or control
-/// character): tokens made only of them form the trie's one slice.
-pub(crate) const STRING_CONTENT: &[(u32, u32)] = &[(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)];
+/// The character classes of the trie's slices, widest first (the first that applies at a
+/// state is used): plain JSON string content (no quote, backslash or control character),
+/// ASCII letters and digits, letters, lowercase letters and digits, lowercase letters.
+pub(crate) const SLICE_CLASSES: &[&[(u32, u32)]] = &[
+    &[(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)],
+    &[(0x30, 0x39), (0x41, 0x5A), (0x61, 0x7A)],
+    &[(0x41, 0x5A), (0x61, 0x7A)],
+    &[(0x30, 0x39), (0x61, 0x7A)],
+    &[(0x61, 0x7A)],
+];
 
 /// A slice of the vocabulary: tokens made only of characters of a class (whole UTF-8
-/// characters), and a trie of every other token. Where a grammar state loops on every
-/// character of the class, all of the slice's tokens are allowed at once and only the rest
-/// is walked.
+/// characters), by length, and a trie of every other token. Where every character of the
+/// class leads from a state to one same state, and again from there, a token of the slice
+/// is allowed exactly when that chain is at least as long as the token; the slice is then
+/// decided by one bitset copy and only the rest of the vocabulary is walked.
 #[derive(Clone, Debug, Default)]
 struct Slice {
-    members: Vec<u64>,
-    rest: Box<TokenTrie>,
+    /// `upto[n]`: the members of at most `n` characters (`n` up to the longest member).
+    upto: Vec<Vec<u64>>,
+    rest: TokenTrie,
 }
 
 /// A trie of the vocabulary's byte strings, stored flat: nodes in depth-first order, each
@@ -70,42 +79,49 @@ pub struct TokenTrie {
     first_end: Vec<u32>,
     end_ids: Vec<u32>,
     vocab_size: usize,
-    /// Tokens of plain JSON string content, when built with slices.
-    slice: Option<Slice>,
+    /// One per slice class (empty for a trie built without slices).
+    slices: Vec<Slice>,
 }
 
 impl TokenTrie {
-    /// Builds the trie of `tokens[id]` (empty byte strings never match), with the
-    /// string-content slice.
+    /// Builds the trie of `tokens[id]` (empty byte strings never match), with its slices.
     pub fn new(tokens: &[Vec<u8>]) -> TokenTrie {
         let mut t = TokenTrie::plain(tokens);
-        let in_class = |b: &[u8]| {
-            !b.is_empty()
-                && std::str::from_utf8(b).is_ok_and(|s| {
-                    s.chars().all(|c| {
-                        STRING_CONTENT
-                            .iter()
-                            .any(|&(x, y)| x <= c as u32 && c as u32 <= y)
-                    })
+        let words = tokens.len().div_ceil(64);
+        for class in SLICE_CLASSES {
+            // Characters of each token when all are in the class.
+            let count = |b: &[u8]| -> Option<usize> {
+                let s = std::str::from_utf8(b).ok().filter(|s| !s.is_empty())?;
+                s.chars()
+                    .all(|c| class.iter().any(|&(x, y)| x <= c as u32 && c as u32 <= y))
+                    .then(|| s.chars().count())
+            };
+            let mut upto: Vec<Vec<u64>> = vec![vec![0u64; words]];
+            let rest: Vec<Vec<u8>> = tokens
+                .iter()
+                .enumerate()
+                .map(|(id, b)| match count(b) {
+                    Some(n) => {
+                        while upto.len() <= n {
+                            upto.push(vec![0u64; words]);
+                        }
+                        upto[n][id / 64] |= 1 << (id % 64);
+                        Vec::new()
+                    }
+                    None => b.clone(),
                 })
-        };
-        let mut members = vec![0u64; tokens.len().div_ceil(64)];
-        let rest: Vec<Vec<u8>> = tokens
-            .iter()
-            .enumerate()
-            .map(|(id, b)| {
-                if in_class(b) {
-                    members[id / 64] |= 1 << (id % 64);
-                    Vec::new()
-                } else {
-                    b.clone()
+                .collect();
+            for n in 1..upto.len() {
+                let (lo, hi) = upto.split_at_mut(n);
+                for (w, p) in hi[0].iter_mut().zip(&lo[n - 1]) {
+                    *w |= p;
                 }
-            })
-            .collect();
-        t.slice = Some(Slice {
-            members,
-            rest: Box::new(TokenTrie::plain(&rest)),
-        });
+            }
+            t.slices.push(Slice {
+                upto,
+                rest: TokenTrie::plain(&rest),
+            });
+        }
         t
     }
 
@@ -206,15 +222,43 @@ impl TokenTrie {
     /// The tokens whose bytes the grammar accepts from `m`'s state.
     pub fn mask(&self, m: &Matcher, allowed: &mut TokenMask) {
         allowed.reset(self.vocab_size);
-        m.grammar().with_stepper(m, |st, s| match &self.slice {
-            Some(slice) if st.loops_on(s, STRING_CONTENT) => {
-                #[cfg(test)]
-                SLICED.with(|c| c.set(c.get() + 1));
-                allowed.words.copy_from_slice(&slice.members);
-                slice.rest.walk(st, 0, s, allowed);
+        m.grammar().with_stepper(m, |st, s| {
+            for (k, slice) in self.slices.iter().enumerate() {
+                if let Some(n) = Self::chain(st, s, k, slice.upto.len() - 1) {
+                    #[cfg(test)]
+                    SLICED.with(|c| c.set(c.get() + 1));
+                    allowed.words.copy_from_slice(&slice.upto[n]);
+                    slice.rest.walk(st, 0, s, allowed);
+                    return;
+                }
             }
-            _ => self.walk(st, 0, s, allowed),
+            self.walk(st, 0, s, allowed)
         });
+    }
+
+    /// How many characters of slice class `k` can follow from `s` (at most `max`), when
+    /// that is known exactly: each step's characters all lead to one same state.
+    fn chain(st: &mut Stepper, s: u32, k: usize, max: usize) -> Option<usize> {
+        let mut seen = [0u32; 64];
+        let (mut cur, mut n) = (s, 0);
+        while n < max {
+            match st.uniform(cur, k) {
+                Uniform::No => return None,
+                Uniform::Dead => return Some(n),
+                Uniform::To(t) => {
+                    n += 1;
+                    // Back to a state of the chain: it goes on for ever.
+                    if t == s || seen[..(n - 1).min(64)].contains(&t) {
+                        return Some(max);
+                    }
+                    if n - 1 < 64 {
+                        seen[n - 1] = t;
+                    }
+                    cur = t;
+                }
+            }
+        }
+        Some(max)
     }
 
     /// [`TokenTrie::mask`] without the slice shortcut: every token walked (the reference

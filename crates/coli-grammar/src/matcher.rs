@@ -10,7 +10,34 @@
 
 use crate::gbnf::{Expr, Grammar};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::Mutex;
+
+/// A fast non-cryptographic hasher (the Fx mix) for the automaton's state index.
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type BuildFx = BuildHasherDefault<Fx>;
 
 /// One element of a compiled alternative.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +88,19 @@ const MAX_DFA_STATES: usize = 1 << 14;
 const UNKNOWN: u32 = u32::MAX;
 /// Transition to nothing: the byte is refused.
 const DEAD: u32 = u32::MAX - 1;
+/// The characters of a class do not all lead to the same state.
+const NONUNIFORM: u32 = u32::MAX - 2;
+
+/// Where every character of a slice class leads from a state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Uniform {
+    /// Not all to the same place.
+    No,
+    /// All refused.
+    Dead,
+    /// All to this state.
+    To(u32),
+}
 
 /// A matcher state: the parse stacks (sorted, deduplicated) and the bytes of an incomplete
 /// UTF-8 character.
@@ -78,29 +118,40 @@ struct StateData {
 #[derive(Debug, Default)]
 struct Dfa {
     states: Vec<StateData>,
-    index: HashMap<StateData, u32>,
+    /// State hash → ids of the states with that hash.
+    index: HashMap<u64, Vec<u32>, BuildFx>,
     /// `states.len() * 256` transitions.
     trans: Vec<u32>,
     /// Per state: the forced next character (`UNKNOWN` not computed, `DEAD` none).
     forced: Vec<u32>,
-    /// Per state: whether it loops on every string-content character (0 unknown, 1 no,
-    /// 2 yes).
-    loops: Vec<u8>,
+    /// Per state and slice class: where every character of the class leads
+    /// (`UNKNOWN`, `NONUNIFORM`, `DEAD` or a state).
+    uniform: Vec<u32>,
     /// Bumped when the automaton is cleared, so matchers know their id is stale.
     epoch: u64,
 }
 
 impl Dfa {
     fn intern(&mut self, d: StateData) -> u32 {
-        if let Some(&i) = self.index.get(&d) {
-            return i;
+        let h = {
+            let mut f = Fx(0);
+            d.hash(&mut f);
+            f.finish()
+        };
+        if let Some(ids) = self.index.get(&h) {
+            if let Some(&i) = ids.iter().find(|&&i| self.states[i as usize] == d) {
+                return i;
+            }
         }
         let i = self.states.len() as u32;
-        self.states.push(d.clone());
-        self.index.insert(d, i);
+        self.states.push(d);
+        self.index.entry(h).or_default().push(i);
         self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
         self.forced.push(UNKNOWN);
-        self.loops.push(0);
+        self.uniform.extend(std::iter::repeat_n(
+            UNKNOWN,
+            crate::mask::SLICE_CLASSES.len(),
+        ));
         i
     }
 }
@@ -112,35 +163,44 @@ pub(crate) struct Stepper<'a> {
 }
 
 impl Stepper<'_> {
-    /// Whether every character of `class` (sorted, disjoint ranges; the trie's slice
-    /// class) leads from `s` back to `s`. Characters every stack top treats alike lead to
-    /// the same state, so one representative decides.
-    pub(crate) fn loops_on(&mut self, s: u32, class: &[(u32, u32)]) -> bool {
-        let known = self.dfa.loops[s as usize];
-        if known != 0 {
-            return known == 2;
+    /// Where the characters of slice class `k` lead from `s`, when they all lead to the
+    /// same place. Characters every stack top treats alike (inside or outside its set)
+    /// lead to the same state, so one representative decides.
+    pub(crate) fn uniform(&mut self, s: u32, k: usize) -> Uniform {
+        let n = crate::mask::SLICE_CLASSES.len();
+        let idx = s as usize * n + k;
+        let mut known = self.dfa.uniform[idx];
+        if known == UNKNOWN {
+            let class = crate::mask::SLICE_CLASSES[k];
+            let d = &self.dfa.states[s as usize];
+            let same = d.pending.is_empty()
+                && d.stacks.iter().all(|st| match st.last() {
+                    None => true,
+                    Some(&(r, a, i)) => match &self.g.rules[r as usize][a as usize][i as usize] {
+                        Elem::Chars { ranges, .. } => {
+                            covers(ranges, class) || disjoint(ranges, class)
+                        }
+                        Elem::Rule(_) => false,
+                    },
+                });
+            known = if same {
+                let rep = char::from_u32(class[0].0).expect("a character");
+                let mut buf = [0u8; 4];
+                let mut t = Some(s);
+                for &b in rep.encode_utf8(&mut buf).as_bytes() {
+                    t = t.and_then(|t| self.step(t, b));
+                }
+                t.unwrap_or(DEAD)
+            } else {
+                NONUNIFORM
+            };
+            self.dfa.uniform[idx] = known;
         }
-        let d = &self.dfa.states[s as usize];
-        let uniform = d.pending.is_empty()
-            && d.stacks.iter().all(|st| match st.last() {
-                None => true,
-                Some(&(r, a, i)) => match &self.g.rules[r as usize][a as usize][i as usize] {
-                    // Inside or outside the class's set, negated or not.
-                    Elem::Chars { ranges, .. } => covers(ranges, class) || disjoint(ranges, class),
-                    Elem::Rule(_) => false,
-                },
-            });
-        let yes = uniform && {
-            let rep = char::from_u32(class[0].0).expect("a character");
-            let mut buf = [0u8; 4];
-            let mut t = Some(s);
-            for &b in rep.encode_utf8(&mut buf).as_bytes() {
-                t = t.and_then(|t| self.step(t, b));
-            }
-            t == Some(s)
-        };
-        self.dfa.loops[s as usize] = if yes { 2 } else { 1 };
-        yes
+        match known {
+            NONUNIFORM => Uniform::No,
+            DEAD => Uniform::Dead,
+            t => Uniform::To(t),
+        }
     }
 
     /// The state after byte `b` from state `s`, or `None` if `b` is refused.
@@ -253,6 +313,13 @@ impl Compiled {
         }
     }
 
+    /// States and computed transitions of the shared automaton so far (a diagnostic).
+    pub fn automaton_size(&self) -> (usize, usize) {
+        let dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
+        let computed = dfa.trans.iter().filter(|&&t| t != UNKNOWN).count();
+        (dfa.states.len(), computed)
+    }
+
     /// A matcher at the start of the grammar.
     pub fn matcher(&self) -> Matcher<'_> {
         Matcher {
@@ -317,11 +384,21 @@ impl Compiled {
 
     /// The state after one byte (UTF-8 decoded incrementally), or `None` if refused.
     fn step_state(&self, d: &StateData, b: u8) -> Option<StateData> {
-        let mut pending = d.pending.clone();
-        pending.push(b);
-        match std::str::from_utf8(&pending) {
+        let mut buf = [0u8; 4];
+        let n = d.pending.len();
+        if n >= 4 {
+            return None;
+        }
+        buf[..n].copy_from_slice(&d.pending);
+        buf[n] = b;
+        let pending = &buf[..n + 1];
+        match std::str::from_utf8(pending) {
             Ok(s) => {
                 let c = s.chars().next().expect("one char");
+                // Refused by every stack: decided without building anything.
+                if !self.could_accept(&d.stacks, c as u32, c as u32) {
+                    return None;
+                }
                 Some(StateData {
                     stacks: self.advance(&d.stacks, c as u32)?,
                     pending: Vec::new(),
@@ -330,10 +407,10 @@ impl Compiled {
             Err(e) if e.error_len().is_none() && pending.len() < 4 => {
                 // Half a character: keep it only if some character it can still become
                 // is allowed here.
-                let (lo, hi) = prefix_range(&pending);
+                let (lo, hi) = prefix_range(pending);
                 self.could_accept(&d.stacks, lo, hi).then(|| StateData {
                     stacks: d.stacks.clone(),
-                    pending,
+                    pending: pending.to_vec(),
                 })
             }
             Err(_) => None,

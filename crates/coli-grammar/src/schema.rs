@@ -1432,4 +1432,82 @@ mod tests {
             }
         }
     }
+
+    /// Schema-like JSON: the supported keywords (and some others) with values of any
+    /// shape, nested.
+    fn schema_like() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(json!("string")),
+            Just(json!("integer")),
+            Just(json!(["number", "null"])),
+            any::<i64>().prop_map(|n| json!(n % 1000)),
+            any::<bool>().prop_map(Value::Bool),
+            "[a-z#/$\\\\^.*()\\[\\]{}0-9-]{0,12}".prop_map(Value::String),
+            Just(json!("#/$defs/a")),
+            Just(Value::Null),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            let key = prop_oneof![
+                Just("type"),
+                Just("properties"),
+                Just("required"),
+                Just("additionalProperties"),
+                Just("items"),
+                Just("prefixItems"),
+                Just("minItems"),
+                Just("maxItems"),
+                Just("enum"),
+                Just("const"),
+                Just("anyOf"),
+                Just("oneOf"),
+                Just("allOf"),
+                Just("$ref"),
+                Just("$defs"),
+                Just("minLength"),
+                Just("maxLength"),
+                Just("pattern"),
+                Just("format"),
+                Just("minimum"),
+                Just("maximum"),
+                Just("exclusiveMinimum"),
+                Just("exclusiveMaximum"),
+                Just("title"),
+                Just("a"),
+                Just("b"),
+                Just("not"),
+            ];
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::vec((key, inner), 0..5).prop_map(|kv| {
+                    Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// Any schema-shaped JSON converts or fails with a named keyword, never panics;
+        /// what converts compiles and runs.
+        #[test]
+        fn schema_front_end_never_panics(v in schema_like()) {
+            match compile_schema(&v.to_string()) {
+                Ok(g) => {
+                    let c = Compiled::new(&g);
+                    let mut m = c.matcher();
+                    let _ = m.forced_bytes(32);
+                    let _ = m.accept_bytes(b"{\"a\": [1, \"x\", null]}");
+                }
+                Err(e) => proptest::prop_assert!(!e.keyword.is_empty()),
+            }
+        }
+
+        /// Any text as a schema or as a pattern: an answer, never a panic.
+        #[test]
+        fn any_text_gets_an_answer(t in "\\PC{0,40}") {
+            let _ = compile_schema(&t);
+            let _ = crate::regex::pattern_to_gbnf(&t);
+        }
+    }
 }
