@@ -95,6 +95,8 @@ fn random_model_output_validates_for_every_corpus_schema() {
         })
         .collect();
     let prompt = tok.encode("JSON:").unwrap();
+    let trie = std::sync::Arc::new(coli_grammar::TokenTrie::new(&bytes));
+    let shared = std::sync::Arc::new(bytes.clone());
     let (mut outputs, mut drafted, mut tokens) = (0, 0, 0);
     for (name, schema) in corpus() {
         let compiled = Compiled::new(&compile_schema(&schema.to_string()).unwrap());
@@ -108,8 +110,13 @@ fn random_model_output_validates_for_every_corpus_schema() {
             let modes: &[bool] = if seed == 1 { &[true, false] } else { &[true] };
             for &drafts in modes {
                 let mut c = Leaning {
-                    inner: GrammarConstraint::new(&compiled, bytes.clone(), eos.clone())
-                        .with_drafts(drafts),
+                    inner: GrammarConstraint::with_trie(
+                        &compiled,
+                        trie.clone(),
+                        shared.clone(),
+                        eos.clone(),
+                    )
+                    .with_drafts(drafts),
                     bias: bias.clone(),
                     eos: eos[0],
                 };
@@ -144,10 +151,12 @@ fn random_model_output_validates_for_every_corpus_schema() {
                 }
                 texts.push((g.generated_ids, text));
             }
-            assert_eq!(
-                texts[0], texts[1],
-                "{name} seed {seed}: drafts changed the output"
-            );
+            if texts.len() == 2 {
+                assert_eq!(
+                    texts[0], texts[1],
+                    "{name} seed {seed}: drafts changed the output"
+                );
+            }
             outputs += 1;
         }
     }

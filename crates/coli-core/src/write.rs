@@ -94,7 +94,7 @@ pub fn write_safetensors(
         );
         offset += want;
     }
-    let mut json = serde_json::to_string(&header)
+    let mut json = serde_json::to_string(&sorted_keys(serde_json::Value::Object(header)))
         .expect("header serializes")
         .into_bytes();
     // Pad so the data section starts 8-byte aligned, as the reference writer does.
@@ -109,6 +109,23 @@ pub fn write_safetensors(
         }
         Ok(())
     })
+}
+
+/// `v` with every object's keys in sorted order, so written files do not depend on whether
+/// serde_json keeps insertion order (its `preserve_order` feature, which another crate of a
+/// build may turn on).
+pub fn sorted_keys(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut kv: Vec<(String, serde_json::Value)> = m.into_iter().collect();
+            kv.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(kv.into_iter().map(|(k, v)| (k, sorted_keys(v))).collect())
+        }
+        serde_json::Value::Array(a) => {
+            serde_json::Value::Array(a.into_iter().map(sorted_keys).collect())
+        }
+        v => v,
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use crate::session::Constraint;
 use coli_grammar::{Compiled, Matcher, TokenMask, TokenTrie};
+use std::sync::Arc;
 
 /// Most forced bytes drafted at once.
 const MAX_DRAFT_BYTES: usize = 128;
@@ -12,8 +13,8 @@ const MAX_DRAFT_BYTES: usize = 128;
 /// more may follow; bytes the grammar forces are offered as a draft.
 pub struct GrammarConstraint<'g> {
     matcher: Matcher<'g>,
-    trie: TokenTrie,
-    bytes: Vec<Vec<u8>>,
+    trie: Arc<TokenTrie>,
+    bytes: Arc<Vec<Vec<u8>>>,
     eos: Vec<u32>,
     allowed: TokenMask,
     drafts: bool,
@@ -23,9 +24,21 @@ impl<'g> GrammarConstraint<'g> {
     /// Constrains to `grammar`; `token_bytes[id]` are each token's bytes (empty for
     /// special tokens), `eos` the end-of-sequence ids.
     pub fn new(grammar: &'g Compiled, token_bytes: Vec<Vec<u8>>, eos: Vec<u32>) -> Self {
+        let trie = Arc::new(TokenTrie::new(&token_bytes));
+        Self::with_trie(grammar, trie, Arc::new(token_bytes), eos)
+    }
+
+    /// Like [`GrammarConstraint::new`] with the vocabulary's trie already built (it is the
+    /// same for every grammar of a model).
+    pub fn with_trie(
+        grammar: &'g Compiled,
+        trie: Arc<TokenTrie>,
+        token_bytes: Arc<Vec<Vec<u8>>>,
+        eos: Vec<u32>,
+    ) -> Self {
         GrammarConstraint {
             matcher: grammar.matcher(),
-            trie: TokenTrie::new(&token_bytes),
+            trie,
             bytes: token_bytes,
             eos,
             allowed: TokenMask::default(),

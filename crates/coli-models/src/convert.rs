@@ -356,7 +356,8 @@ pub fn convert(
             "metadata": {"total_size": total, "coli.format": FORMAT_VERSION},
             "weight_map": weight_map,
         });
-        let text = serde_json::to_string_pretty(&index).expect("json");
+        let text =
+            serde_json::to_string_pretty(&coli_core::write::sorted_keys(index)).expect("json");
         write_atomic(&tmp.join("model.safetensors.index.json"), |w| {
             use std::io::Write;
             w.write_all(text.as_bytes())
@@ -384,7 +385,7 @@ pub fn convert(
                 o.remove("quantization_config");
             }
         }
-        let text = serde_json::to_string_pretty(&cfg).expect("json");
+        let text = serde_json::to_string_pretty(&coli_core::write::sorted_keys(cfg)).expect("json");
         write_atomic(&tmp.join("config.json"), |w| {
             use std::io::Write;
             w.write_all(text.as_bytes())
