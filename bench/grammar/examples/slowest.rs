@@ -14,7 +14,7 @@ fn main() {
         .collect();
     files.sort();
     let mut rows = Vec::new();
-    let (mut states, mut trans, mut cold_us) = (0, 0, 0.0);
+    let (mut states, mut partial, mut trans, mut cold_us) = (0, 0, 0, 0.0);
     let mut mask = TokenMask::default();
     for p in files {
         let v: serde_json::Value =
@@ -44,8 +44,9 @@ fn main() {
                 done.push_str(&String::from_utf8_lossy(&vocab[t as usize]));
             }
             if round == 0 {
-                let (a, b) = c.automaton_size();
+                let (a, b, p) = c.automaton_size();
                 states += a;
+                partial += p;
                 trans += b;
             }
         }
@@ -53,7 +54,7 @@ fn main() {
     let total: f64 = rows.iter().map(|r| r.0).sum();
     rows.sort_by(|a, b| b.0.total_cmp(&a.0));
     println!(
-        "{} masks, mean {:.1} us warm, {:.1} us cold; cold pass built {states} states, {trans} transitions",
+        "{} masks, mean {:.1} us warm, {:.1} us cold; cold pass built {states} states {trans} transitions, {partial} unfinished characters checked",
         rows.len(),
         total / rows.len() as f64,
         cold_us / rows.len() as f64

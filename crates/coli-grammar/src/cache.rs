@@ -119,4 +119,21 @@ mod tests {
         assert!(cache.get("root ::= nope").is_err());
         assert_eq!(cache.len(), 2);
     }
+
+    #[test]
+    fn a_cached_schema_skips_conversion_and_starts_fresh() {
+        let cache = GrammarCache::new(4);
+        let text = r#"{"type": "object", "properties": {"n": {"type": "integer", "maximum": 9}}, "required": ["n"]}"#;
+        let a = cache.get_schema(text).unwrap();
+        let mut used = a.matcher();
+        assert!(used.accept_bytes(b"{\"n\": 7"));
+        let b = cache.get_schema(text).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "the same text is not converted again");
+        let fresh = Compiled::new(&compile_schema(text).unwrap());
+        assert_eq!(b.matcher().state(), fresh.matcher().state());
+        // The same text as GBNF is another entry (and not a valid grammar).
+        assert!(cache.get(text).is_err());
+        assert!(cache.get_schema(r#"{"type": "integer", "multipleOf": 2}"#).is_err());
+        assert_eq!(cache.len(), 1);
+    }
 }

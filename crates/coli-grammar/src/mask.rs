@@ -2,7 +2,7 @@
 //! strings form a trie; one walk from the matcher's state visits each shared prefix once
 //! (a token may span several grammar elements, or end inside a UTF-8 character).
 
-use crate::matcher::{Matcher, Stepper, Uniform};
+use crate::matcher::{at_boundary, Cursor, Matcher, Stepper, Uniform};
 
 /// Which tokens are allowed: one bit per token id.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -224,6 +224,9 @@ impl TokenTrie {
         allowed.reset(self.vocab_size);
         m.grammar().with_stepper(m, |st, s| {
             for (k, slice) in self.slices.iter().enumerate() {
+                if !at_boundary(s) {
+                    break;
+                }
                 if let Some(n) = Self::chain(st, s, k, slice.upto.len() - 1) {
                     #[cfg(test)]
                     SLICED.with(|c| c.set(c.get() + 1));
@@ -269,7 +272,7 @@ impl TokenTrie {
             .with_stepper(m, |st, s| self.walk(st, 0, s, allowed));
     }
 
-    fn walk(&self, st: &mut Stepper, node: usize, s: u32, allowed: &mut TokenMask) {
+    fn walk(&self, st: &mut Stepper, node: usize, s: Cursor, allowed: &mut TokenMask) {
         let (a, b) = (
             self.first_edge[node] as usize,
             self.first_edge[node + 1] as usize,

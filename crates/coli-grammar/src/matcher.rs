@@ -112,16 +112,51 @@ struct StateData {
     pending: Vec<u8>,
 }
 
-/// The lazily built deterministic automaton over matcher states: each state seen gets an
-/// id, and each (state, byte) transition is computed once. Shared by every matcher of a
-/// compiled grammar.
+/// Bytes of an unfinished UTF-8 character (a lead byte and up to two more).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+struct Partial {
+    bytes: [u8; 3],
+    len: u8,
+}
+
+impl Partial {
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+/// A cursor: a state id (parse stacks at a character boundary), or with this bit an id of
+/// an unfinished-character node (a state and the bytes of a character begun).
+const PARTIAL: u32 = 1 << 30;
+
+/// Where a matcher is in the automaton.
+pub(crate) type Cursor = u32;
+
+/// Whether a cursor is at a character boundary.
+pub(crate) fn at_boundary(c: Cursor) -> bool {
+    c & PARTIAL == 0
+}
+
+/// The lazily built deterministic automaton over matcher states: each state (parse stacks
+/// at a character boundary) seen gets an id, and each (state, character) transition is
+/// computed once — ASCII in a table, other characters in a map; the bytes inside a
+/// multi-byte character are checked against the state without becoming states. Shared by
+/// every matcher of a compiled grammar.
 #[derive(Debug, Default)]
 struct Dfa {
     states: Vec<StateData>,
     /// State hash → ids of the states with that hash.
     index: HashMap<u64, Vec<u32>, BuildFx>,
-    /// `states.len() * 256` transitions.
+    /// `states.len() * 256` byte transitions: ASCII to a state, lead bytes to an
+    /// unfinished-character node.
     trans: Vec<u32>,
+    /// (state << 32 | character) → state or `DEAD`, for non-ASCII characters.
+    chars: HashMap<u64, u32, BuildFx>,
+    /// Unfinished-character nodes: (state, bytes so far), each with 64 transitions on
+    /// continuation bytes, and their index.
+    pnodes: Vec<(u32, Partial)>,
+    pnext: Vec<u32>,
+    pindex: HashMap<(u32, Partial), u32, BuildFx>,
     /// Per state: the forced next character (`UNKNOWN` not computed, `DEAD` none).
     forced: Vec<u32>,
     /// Per state and slice class: where every character of the class leads
@@ -184,13 +219,7 @@ impl Stepper<'_> {
                     },
                 });
             known = if same {
-                let rep = char::from_u32(class[0].0).expect("a character");
-                let mut buf = [0u8; 4];
-                let mut t = Some(s);
-                for &b in rep.encode_utf8(&mut buf).as_bytes() {
-                    t = t.and_then(|t| self.step(t, b));
-                }
-                t.unwrap_or(DEAD)
+                self.step_char(s, class[0].0).unwrap_or(DEAD)
             } else {
                 NONUNIFORM
             };
@@ -203,19 +232,162 @@ impl Stepper<'_> {
         }
     }
 
-    /// The state after byte `b` from state `s`, or `None` if `b` is refused.
-    #[inline]
-    pub(crate) fn step(&mut self, s: u32, b: u8) -> Option<u32> {
-        let idx = s as usize * 256 + b as usize;
-        let mut t = self.dfa.trans[idx];
-        if t == UNKNOWN {
-            t = match self.g.step_state(&self.dfa.states[s as usize], b) {
-                Some(d) => self.dfa.intern(d),
-                None => DEAD,
-            };
-            self.dfa.trans[idx] = t;
-        }
+    /// The state after character `c` from state `s`, or `None` if `c` is refused.
+    pub(crate) fn step_char(&mut self, s: u32, c: u32) -> Option<u32> {
+        let t = if c < 128 {
+            let idx = s as usize * 256 + c as usize;
+            if self.dfa.trans[idx] == UNKNOWN {
+                self.fill_ascii(s);
+            }
+            self.dfa.trans[idx]
+        } else {
+            let key = (s as u64) << 32 | c as u64;
+            match self.dfa.chars.get(&key) {
+                Some(&t) => t,
+                None => {
+                    let t = self.compute(s, c);
+                    self.dfa.chars.insert(key, t);
+                    t
+                }
+            }
+        };
         (t != DEAD).then_some(t)
+    }
+
+    /// Computes every ASCII transition of `s` at once: characters the same stacks accept
+    /// lead to the same state, so each distinct set of accepting stacks is advanced once.
+    fn fill_ascii(&mut self, s: u32) {
+        let stacks = &self.dfa.states[s as usize].stacks;
+        if stacks.len() > 64 {
+            for c in 0..128u32 {
+                let t = self.compute(s, c);
+                self.dfa.trans[s as usize * 256 + c as usize] = t;
+            }
+            return;
+        }
+        let mut sigs = [0u64; 128];
+        for (k, st) in stacks.iter().enumerate() {
+            if let Some(&(r, a, i)) = st.last() {
+                let e = &self.g.rules[r as usize][a as usize][i as usize];
+                for (c, sig) in sigs.iter_mut().enumerate() {
+                    if e.accepts(c as u32) {
+                        *sig |= 1 << k;
+                    }
+                }
+            }
+        }
+        let mut done: Vec<(u64, u32)> = Vec::new();
+        for c in 0..128u32 {
+            let sig = sigs[c as usize];
+            let t = if sig == 0 {
+                DEAD
+            } else if let Some(&(_, t)) = done.iter().find(|d| d.0 == sig) {
+                t
+            } else {
+                let t = self.compute(s, c);
+                done.push((sig, t));
+                t
+            };
+            self.dfa.trans[s as usize * 256 + c as usize] = t;
+        }
+    }
+
+    fn compute(&mut self, s: u32, c: u32) -> u32 {
+        match self.g.advance_state(&self.dfa.states[s as usize], c) {
+            Some(d) => self.dfa.intern(d),
+            None => DEAD,
+        }
+    }
+
+    /// The state a cursor is in (at its last character boundary).
+    pub(crate) fn state_of(&self, c: Cursor) -> u32 {
+        if at_boundary(c) {
+            c
+        } else {
+            self.dfa.pnodes[(c & !PARTIAL) as usize].0
+        }
+    }
+
+    /// The cursor for state `s` with the bytes `p` of a character begun (valid, checked).
+    fn cursor(&mut self, s: u32, p: &[u8]) -> Option<Cursor> {
+        let mut c = s;
+        for &b in p {
+            c = self.step(c, b)?;
+        }
+        Some(c)
+    }
+
+    /// The cursor after byte `b` (UTF-8 decoded incrementally), or `None` if refused.
+    #[inline]
+    pub(crate) fn step(&mut self, cur: Cursor, b: u8) -> Option<Cursor> {
+        let slot = if at_boundary(cur) {
+            cur as usize * 256 + b as usize
+        } else {
+            if !(0x80..0xC0).contains(&b) {
+                return None;
+            }
+            (cur & !PARTIAL) as usize * 64 + (b - 0x80) as usize
+        };
+        let t = if at_boundary(cur) {
+            self.dfa.trans[slot]
+        } else {
+            self.dfa.pnext[slot]
+        };
+        let t = if t == UNKNOWN {
+            let t = self.compute_byte(cur, b);
+            if at_boundary(cur) {
+                self.dfa.trans[slot] = t;
+            } else {
+                self.dfa.pnext[slot] = t;
+            }
+            t
+        } else {
+            t
+        };
+        (t != DEAD).then_some(t)
+    }
+
+    fn compute_byte(&mut self, cur: Cursor, b: u8) -> u32 {
+        let (s, mut p) = if at_boundary(cur) {
+            (cur, Partial::default())
+        } else {
+            self.dfa.pnodes[(cur & !PARTIAL) as usize]
+        };
+        if p.len == 0 && b < 0x80 {
+            return self.step_char(s, b as u32).unwrap_or(DEAD);
+        }
+        let mut buf = [0u8; 4];
+        let n = p.len as usize;
+        buf[..n].copy_from_slice(p.as_slice());
+        buf[n] = b;
+        match std::str::from_utf8(&buf[..=n]) {
+            Ok(text) => {
+                let c = text.chars().next().expect("one char") as u32;
+                self.step_char(s, c).unwrap_or(DEAD)
+            }
+            Err(e) if e.error_len().is_none() && n < 3 => {
+                p.bytes[n] = b;
+                p.len += 1;
+                // Half a character: kept only if some character it can still become is
+                // allowed here.
+                let (lo, hi) = prefix_range(p.as_slice());
+                if !self
+                    .g
+                    .could_accept(&self.dfa.states[s as usize].stacks, lo, hi)
+                {
+                    return DEAD;
+                }
+                if let Some(&id) = self.dfa.pindex.get(&(s, p)) {
+                    return id | PARTIAL;
+                }
+                let id = self.dfa.pnodes.len() as u32;
+                self.dfa.pnodes.push((s, p));
+                self.dfa.pnext.extend(std::iter::repeat_n(UNKNOWN, 64));
+                self.dfa.pindex.insert((s, p), id);
+                id | PARTIAL
+            }
+            Err(_) => DEAD,
+        }
     }
 }
 
@@ -313,11 +485,12 @@ impl Compiled {
         }
     }
 
-    /// States and computed transitions of the shared automaton so far (a diagnostic).
-    pub fn automaton_size(&self) -> (usize, usize) {
+    /// States, computed character transitions, and checked unfinished characters of the
+    /// shared automaton so far (a diagnostic).
+    pub fn automaton_size(&self) -> (usize, usize, usize) {
         let dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
-        let computed = dfa.trans.iter().filter(|&&t| t != UNKNOWN).count();
-        (dfa.states.len(), computed)
+        let computed = dfa.trans.iter().filter(|&&t| t != UNKNOWN).count() + dfa.chars.len();
+        (dfa.states.len(), computed, dfa.pnodes.len())
     }
 
     /// A matcher at the start of the grammar.
@@ -382,39 +555,16 @@ impl Compiled {
         (!next.is_empty()).then(|| dedup(next))
     }
 
-    /// The state after one byte (UTF-8 decoded incrementally), or `None` if refused.
-    fn step_state(&self, d: &StateData, b: u8) -> Option<StateData> {
-        let mut buf = [0u8; 4];
-        let n = d.pending.len();
-        if n >= 4 {
+    /// The state after character `c`, or `None` if refused.
+    fn advance_state(&self, d: &StateData, c: u32) -> Option<StateData> {
+        // Refused by every stack: decided without building anything.
+        if !self.could_accept(&d.stacks, c, c) {
             return None;
         }
-        buf[..n].copy_from_slice(&d.pending);
-        buf[n] = b;
-        let pending = &buf[..n + 1];
-        match std::str::from_utf8(pending) {
-            Ok(s) => {
-                let c = s.chars().next().expect("one char");
-                // Refused by every stack: decided without building anything.
-                if !self.could_accept(&d.stacks, c as u32, c as u32) {
-                    return None;
-                }
-                Some(StateData {
-                    stacks: self.advance(&d.stacks, c as u32)?,
-                    pending: Vec::new(),
-                })
-            }
-            Err(e) if e.error_len().is_none() && pending.len() < 4 => {
-                // Half a character: keep it only if some character it can still become
-                // is allowed here.
-                let (lo, hi) = prefix_range(pending);
-                self.could_accept(&d.stacks, lo, hi).then(|| StateData {
-                    stacks: d.stacks.clone(),
-                    pending: pending.to_vec(),
-                })
-            }
-            Err(_) => None,
-        }
+        Some(StateData {
+            stacks: self.advance(&d.stacks, c)?,
+            pending: Vec::new(),
+        })
     }
 
     /// Whether some stack's next element accepts a code point in `lo..=hi`.
@@ -477,9 +627,13 @@ impl Compiled {
     }
 
     /// Runs `f` with exclusive use of the shared automaton, positioned at `m`'s state.
-    pub(crate) fn with_stepper<R>(&self, m: &Matcher, f: impl FnOnce(&mut Stepper, u32) -> R) -> R {
+    pub(crate) fn with_stepper<R>(
+        &self,
+        m: &Matcher,
+        f: impl FnOnce(&mut Stepper, Cursor) -> R,
+    ) -> R {
         let mut dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
-        if dfa.states.len() > MAX_DFA_STATES {
+        if dfa.states.len() > MAX_DFA_STATES || dfa.pnodes.len() > 4 * MAX_DFA_STATES {
             let epoch = dfa.epoch + 1;
             *dfa = Dfa {
                 epoch,
@@ -489,13 +643,19 @@ impl Compiled {
         let id = if m.hint.0 == dfa.epoch {
             m.hint.1
         } else {
-            dfa.intern(m.data.clone())
+            dfa.intern(StateData {
+                stacks: m.data.stacks.clone(),
+                pending: Vec::new(),
+            })
         };
         let mut st = Stepper {
             g: self,
             dfa: &mut dfa,
         };
-        f(&mut st, id)
+        let cur = st
+            .cursor(id, &m.data.pending)
+            .expect("a matcher's pending bytes were accepted");
+        f(&mut st, cur)
     }
 }
 
@@ -578,16 +738,31 @@ impl<'g> Matcher<'g> {
     /// unchanged) if the grammar does not allow them or they are not valid UTF-8.
     pub fn accept_bytes(&mut self, bytes: &[u8]) -> bool {
         let g = self.g;
-        let r = g.with_stepper(self, |st, mut s| {
+        let r = g.with_stepper(self, |st, mut cur| {
             for &b in bytes {
-                s = st.step(s, b)?;
+                cur = st.step(cur, b)?;
             }
-            Some((st.dfa.epoch, s, st.dfa.states[s as usize].clone()))
+            let s = st.state_of(cur);
+            let stacks = if s == self.hint.1 && self.hint.0 == st.dfa.epoch {
+                None
+            } else {
+                Some(st.dfa.states[s as usize].stacks.clone())
+            };
+            let pending = if at_boundary(cur) {
+                Partial::default()
+            } else {
+                st.dfa.pnodes[(cur & !PARTIAL) as usize].1
+            };
+            Some((st.dfa.epoch, s, pending, stacks))
         });
         match r {
-            Some((epoch, id, data)) => {
-                self.data = data;
-                self.hint = (epoch, id);
+            Some((epoch, s, pending, stacks)) => {
+                if let Some(stacks) = stacks {
+                    self.data.stacks = stacks;
+                }
+                self.data.pending.clear();
+                self.data.pending.extend_from_slice(pending.as_slice());
+                self.hint = (epoch, s);
                 true
             }
             None => false,
@@ -599,8 +774,12 @@ impl<'g> Matcher<'g> {
     /// them. An engine can draft the tokens of these bytes without sampling.
     pub fn forced_bytes(&self, max: usize) -> Vec<u8> {
         let g = self.g;
-        g.with_stepper(self, |st, mut s| {
+        g.with_stepper(self, |st, cur| {
             let mut out = Vec::new();
+            if !at_boundary(cur) {
+                return out;
+            }
+            let mut s = cur;
             while out.len() < max {
                 let mut f = st.dfa.forced[s as usize];
                 if f == UNKNOWN {
@@ -615,9 +794,9 @@ impl<'g> Matcher<'g> {
                 if out.len() + enc.len() > max {
                     break;
                 }
-                for &b in enc.iter() {
-                    s = st.step(s, b).expect("a forced character is accepted");
-                }
+                s = st
+                    .step_char(s, c as u32)
+                    .expect("a forced character is accepted");
                 out.extend_from_slice(enc);
             }
             out
