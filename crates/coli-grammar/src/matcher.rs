@@ -86,6 +86,8 @@ const MAX_DFA_STATES: usize = 1 << 14;
 
 /// Transition not computed yet.
 const UNKNOWN: u32 = u32::MAX;
+/// No frame: the bottom of a stack, or (as a state's top) an empty stack.
+const NIL: u32 = u32::MAX;
 /// Transition to nothing: the byte is refused.
 const DEAD: u32 = u32::MAX - 1;
 /// The characters of a class do not all lead to the same state.
@@ -144,7 +146,12 @@ pub(crate) fn at_boundary(c: Cursor) -> bool {
 /// every matcher of a compiled grammar.
 #[derive(Debug, Default)]
 struct Dfa {
-    states: Vec<StateData>,
+    /// Per state: the tops of its parse stacks (frame ids, `NIL` for an empty stack),
+    /// sorted.
+    states: Vec<Vec<u32>>,
+    /// Stack frames, hash-consed: (position, parent frame or `NIL`, depth).
+    frames: Vec<(Pos, u32, u32)>,
+    frame_index: HashMap<(Pos, u32), u32, BuildFx>,
     /// State hash → ids of the states with that hash.
     index: HashMap<u64, Vec<u32>, BuildFx>,
     /// `states.len() * 256` byte transitions: ASCII to a state, lead bytes to an
@@ -167,7 +174,53 @@ struct Dfa {
 }
 
 impl Dfa {
-    fn intern(&mut self, d: StateData) -> u32 {
+    /// The frame (`pos` on top of `parent`).
+    fn frame(&mut self, pos: Pos, parent: u32) -> u32 {
+        if let Some(&f) = self.frame_index.get(&(pos, parent)) {
+            return f;
+        }
+        let depth = if parent == NIL {
+            1
+        } else {
+            self.frames[parent as usize].2 + 1
+        };
+        let f = self.frames.len() as u32;
+        self.frames.push((pos, parent, depth));
+        self.frame_index.insert((pos, parent), f);
+        f
+    }
+
+    /// The state of materialized stacks.
+    fn intern_stacks(&mut self, stacks: &[Vec<Pos>]) -> u32 {
+        let mut tops: Vec<u32> = stacks
+            .iter()
+            .map(|st| st.iter().fold(NIL, |parent, &pos| self.frame(pos, parent)))
+            .collect();
+        tops.sort_unstable();
+        tops.dedup();
+        self.intern(tops)
+    }
+
+    /// The stacks of state `s`, bottom first, sorted.
+    fn materialize(&self, s: u32) -> Vec<Vec<Pos>> {
+        let mut out: Vec<Vec<Pos>> = self.states[s as usize]
+            .iter()
+            .map(|&top| {
+                let mut st = Vec::new();
+                let mut f = top;
+                while f != NIL {
+                    st.push(self.frames[f as usize].0);
+                    f = self.frames[f as usize].1;
+                }
+                st.reverse();
+                st
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn intern(&mut self, d: Vec<u32>) -> u32 {
         let h = {
             let mut f = Fx(0);
             d.hash(&mut f);
@@ -207,16 +260,14 @@ impl Stepper<'_> {
         let mut known = self.dfa.uniform[idx];
         if known == UNKNOWN {
             let class = crate::mask::SLICE_CLASSES[k];
-            let d = &self.dfa.states[s as usize];
-            let same = d.pending.is_empty()
-                && d.stacks.iter().all(|st| match st.last() {
+            let same = self.dfa.states[s as usize]
+                .iter()
+                .all(|&top| match self.g.top_elem(&self.dfa.frames, top) {
                     None => true,
-                    Some(&(r, a, i)) => match &self.g.rules[r as usize][a as usize][i as usize] {
-                        Elem::Chars { ranges, .. } => {
-                            covers(ranges, class) || disjoint(ranges, class)
-                        }
-                        Elem::Rule(_) => false,
-                    },
+                    Some(Elem::Chars { ranges, .. }) => {
+                        covers(ranges, class) || disjoint(ranges, class)
+                    }
+                    Some(Elem::Rule(_)) => false,
                 });
             known = if same {
                 self.step_char(s, class[0].0).unwrap_or(DEAD)
@@ -257,8 +308,8 @@ impl Stepper<'_> {
     /// Computes every ASCII transition of `s` at once: characters the same stacks accept
     /// lead to the same state, so each distinct set of accepting stacks is advanced once.
     fn fill_ascii(&mut self, s: u32) {
-        let stacks = &self.dfa.states[s as usize].stacks;
-        if stacks.len() > 64 {
+        let tops = &self.dfa.states[s as usize];
+        if tops.len() > 64 {
             for c in 0..128u32 {
                 let t = self.compute(s, c);
                 self.dfa.trans[s as usize * 256 + c as usize] = t;
@@ -266,9 +317,8 @@ impl Stepper<'_> {
             return;
         }
         let mut sigs = [0u64; 128];
-        for (k, st) in stacks.iter().enumerate() {
-            if let Some(&(r, a, i)) = st.last() {
-                let e = &self.g.rules[r as usize][a as usize][i as usize];
+        for (k, &top) in tops.iter().enumerate() {
+            if let Some(e) = self.g.top_elem(&self.dfa.frames, top) {
                 for (c, sig) in sigs.iter_mut().enumerate() {
                     if e.accepts(c as u32) {
                         *sig |= 1 << k;
@@ -293,9 +343,72 @@ impl Stepper<'_> {
     }
 
     fn compute(&mut self, s: u32, c: u32) -> u32 {
-        match self.g.advance_state(&self.dfa.states[s as usize], c) {
-            Some(d) => self.dfa.intern(d),
+        match self.advance(s, c) {
+            Some(tops) => self.dfa.intern(tops),
             None => DEAD,
+        }
+    }
+
+    /// The stack tops after character `c` from state `s`, or `None` if no stack takes it.
+    fn advance(&mut self, s: u32, c: u32) -> Option<Vec<u32>> {
+        let mut out = Vec::new();
+        let n = self.dfa.states[s as usize].len();
+        for k in 0..n {
+            let top = self.dfa.states[s as usize][k];
+            let Some(e) = self.g.top_elem(&self.dfa.frames, top) else {
+                continue;
+            };
+            if e.accepts(c) {
+                let ((r, a, i), parent, _) = self.dfa.frames[top as usize];
+                let f = self.dfa.frame((r, a, i + 1), parent);
+                self.expand(f, &mut out);
+            }
+        }
+        if out.is_empty() {
+            return None;
+        }
+        out.sort_unstable();
+        out.dedup();
+        out.truncate(MAX_STACKS);
+        Some(out)
+    }
+
+    /// Normalises the stack topped by frame `f` (popping finished positions, expanding
+    /// rule references, a reference that ends its alternative replacing the frame: a tail
+    /// call) into stacks whose top waits for a character, pushing their tops onto `out`.
+    fn expand(&mut self, f: u32, out: &mut Vec<u32>) {
+        if out.len() >= MAX_STACKS {
+            return;
+        }
+        if f == NIL {
+            out.push(NIL);
+            return;
+        }
+        let ((r, a, i), parent, depth) = self.dfa.frames[f as usize];
+        if depth as usize > MAX_STACK {
+            return;
+        }
+        let g = self.g;
+        let alt = &g.rules[r as usize][a as usize];
+        match alt.get(i as usize) {
+            None => {
+                // Continue after the reference that led here.
+                let next = if parent == NIL {
+                    NIL
+                } else {
+                    let ((pr, pa, pi), pp, _) = self.dfa.frames[parent as usize];
+                    self.dfa.frame((pr, pa, pi + 1), pp)
+                };
+                self.expand(next, out)
+            }
+            Some(Elem::Chars { .. }) => out.push(f),
+            Some(Elem::Rule(sub)) => {
+                let base = if i as usize + 1 == alt.len() { parent } else { f };
+                for sa in 0..g.rules[*sub].len() {
+                    let child = self.dfa.frame((*sub as u32, sa as u32, 0), base);
+                    self.expand(child, out);
+                }
+            }
         }
     }
 
@@ -371,10 +484,14 @@ impl Stepper<'_> {
                 // Half a character: kept only if some character it can still become is
                 // allowed here.
                 let (lo, hi) = prefix_range(p.as_slice());
-                if !self
-                    .g
-                    .could_accept(&self.dfa.states[s as usize].stacks, lo, hi)
-                {
+                let frames = &self.dfa.frames;
+                if !self.g.could_accept(
+                    self.dfa.states[s as usize]
+                        .iter()
+                        .filter_map(|&t| self.g.top_elem(frames, t)),
+                    lo,
+                    hi,
+                ) {
                     return DEAD;
                 }
                 if let Some(&id) = self.dfa.pindex.get(&(s, p)) {
@@ -539,41 +656,18 @@ impl Compiled {
         }
     }
 
-    /// The stacks after character `c`, or `None` if no stack takes it.
-    fn advance(&self, stacks: &[Vec<Pos>], c: u32) -> Option<Vec<Vec<Pos>>> {
-        let mut next = Vec::new();
-        for s in stacks {
-            if let Some(&(r, a, i)) = s.last() {
-                let e = &self.rules[r as usize][a as usize][i as usize];
-                if e.accepts(c) {
-                    let mut s = s.clone();
-                    s.last_mut().expect("top").2 += 1;
-                    self.expand(s, &mut next);
-                }
-            }
-        }
-        (!next.is_empty()).then(|| dedup(next))
-    }
-
-    /// The state after character `c`, or `None` if refused.
-    fn advance_state(&self, d: &StateData, c: u32) -> Option<StateData> {
-        // Refused by every stack: decided without building anything.
-        if !self.could_accept(&d.stacks, c, c) {
-            return None;
-        }
-        Some(StateData {
-            stacks: self.advance(&d.stacks, c)?,
-            pending: Vec::new(),
+    /// The element a stack top waits for (`None` for an empty stack).
+    fn top_elem<'a>(&'a self, frames: &[(Pos, u32, u32)], top: u32) -> Option<&'a Elem> {
+        (top != NIL).then(|| {
+            let ((r, a, i), _, _) = frames[top as usize];
+            &self.rules[r as usize][a as usize][i as usize]
         })
     }
 
     /// Whether some stack's next element accepts a code point in `lo..=hi`.
-    fn could_accept(&self, stacks: &[Vec<Pos>], lo: u32, hi: u32) -> bool {
-        stacks.iter().any(|s| {
-            let Some(&(r, a, i)) = s.last() else {
-                return false;
-            };
-            match &self.rules[r as usize][a as usize][i as usize] {
+    fn could_accept<'e>(&self, mut elems: impl Iterator<Item = &'e Elem>, lo: u32, hi: u32) -> bool {
+        elems.any(|e| {
+            match e {
                 Elem::Chars {
                     negated: false,
                     ranges,
@@ -601,14 +695,13 @@ impl Compiled {
 
     /// The one character every continuation of `d` must start with, if there is one
     /// (and the text is not complete: then ending is another choice).
-    fn forced_char(&self, d: &StateData) -> Option<u32> {
-        if !d.pending.is_empty() || d.stacks.iter().any(Vec::is_empty) {
+    fn forced_char(&self, frames: &[(Pos, u32, u32)], tops: &[u32]) -> Option<u32> {
+        if tops.contains(&NIL) {
             return None;
         }
         let mut only = None;
-        for s in &d.stacks {
-            let &(r, a, i) = s.last().expect("non-empty");
-            match &self.rules[r as usize][a as usize][i as usize] {
+        for &top in tops {
+            match self.top_elem(frames, top).expect("non-empty") {
                 Elem::Chars {
                     negated: false,
                     ranges,
@@ -643,10 +736,7 @@ impl Compiled {
         let id = if m.hint.0 == dfa.epoch {
             m.hint.1
         } else {
-            dfa.intern(StateData {
-                stacks: m.data.stacks.clone(),
-                pending: Vec::new(),
-            })
+            dfa.intern_stacks(&m.data.stacks)
         };
         let mut st = Stepper {
             g: self,
@@ -746,7 +836,7 @@ impl<'g> Matcher<'g> {
             let stacks = if s == self.hint.1 && self.hint.0 == st.dfa.epoch {
                 None
             } else {
-                Some(st.dfa.states[s as usize].stacks.clone())
+                Some(st.dfa.materialize(s))
             };
             let pending = if at_boundary(cur) {
                 Partial::default()
@@ -783,7 +873,9 @@ impl<'g> Matcher<'g> {
             while out.len() < max {
                 let mut f = st.dfa.forced[s as usize];
                 if f == UNKNOWN {
-                    f = g.forced_char(&st.dfa.states[s as usize]).unwrap_or(DEAD);
+                    f = g
+                        .forced_char(&st.dfa.frames, &st.dfa.states[s as usize])
+                        .unwrap_or(DEAD);
                     st.dfa.forced[s as usize] = f;
                 }
                 let Some(c) = char::from_u32(f).filter(|_| f != DEAD) else {
