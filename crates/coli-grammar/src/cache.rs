@@ -133,7 +133,9 @@ mod tests {
         assert_eq!(b.matcher().state(), fresh.matcher().state());
         // The same text as GBNF is another entry (and not a valid grammar).
         assert!(cache.get(text).is_err());
-        assert!(cache.get_schema(r#"{"type": "integer", "multipleOf": 2}"#).is_err());
+        assert!(cache
+            .get_schema(r#"{"type": "integer", "multipleOf": 2}"#)
+            .is_err());
         assert_eq!(cache.len(), 1);
     }
 }

@@ -131,6 +131,10 @@ impl Partial {
 /// an unfinished-character node (a state and the bytes of a character begun).
 const PARTIAL: u32 = 1 << 30;
 
+/// In a state's ASCII transitions: a group of characters accepted by the same stacks,
+/// advanced when first used (`groups[index]`).
+const GROUP: u32 = 1 << 29;
+
 /// Where a matcher is in the automaton.
 pub(crate) type Cursor = u32;
 
@@ -162,6 +166,8 @@ struct Dfa {
     /// Unfinished-character nodes: (state, bytes so far), each with 64 transitions on
     /// continuation bytes, and their index.
     pnodes: Vec<(u32, Partial)>,
+    /// Results of ASCII character groups (`UNKNOWN` until first used).
+    groups: Vec<u32>,
     pnext: Vec<u32>,
     pindex: HashMap<(u32, Partial), u32, BuildFx>,
     /// Per state: the forced next character (`UNKNOWN` not computed, `DEAD` none).
@@ -260,15 +266,15 @@ impl Stepper<'_> {
         let mut known = self.dfa.uniform[idx];
         if known == UNKNOWN {
             let class = crate::mask::SLICE_CLASSES[k];
-            let same = self.dfa.states[s as usize]
-                .iter()
-                .all(|&top| match self.g.top_elem(&self.dfa.frames, top) {
+            let same = self.dfa.states[s as usize].iter().all(|&top| {
+                match self.g.top_elem(&self.dfa.frames, top) {
                     None => true,
                     Some(Elem::Chars { ranges, .. }) => {
                         covers(ranges, class) || disjoint(ranges, class)
                     }
                     Some(Elem::Rule(_)) => false,
-                });
+                }
+            });
             known = if same {
                 self.step_char(s, class[0].0).unwrap_or(DEAD)
             } else {
@@ -286,11 +292,7 @@ impl Stepper<'_> {
     /// The state after character `c` from state `s`, or `None` if `c` is refused.
     pub(crate) fn step_char(&mut self, s: u32, c: u32) -> Option<u32> {
         let t = if c < 128 {
-            let idx = s as usize * 256 + c as usize;
-            if self.dfa.trans[idx] == UNKNOWN {
-                self.fill_ascii(s);
-            }
-            self.dfa.trans[idx]
+            self.ascii(s, c)
         } else {
             let key = (s as u64) << 32 | c as u64;
             match self.dfa.chars.get(&key) {
@@ -305,8 +307,29 @@ impl Stepper<'_> {
         (t != DEAD).then_some(t)
     }
 
-    /// Computes every ASCII transition of `s` at once: characters the same stacks accept
-    /// lead to the same state, so each distinct set of accepting stacks is advanced once.
+    /// The transition of state `s` on ASCII character `c` (a state or `DEAD`).
+    #[inline]
+    fn ascii(&mut self, s: u32, c: u32) -> u32 {
+        let idx = s as usize * 256 + c as usize;
+        let mut t = self.dfa.trans[idx];
+        if t == UNKNOWN {
+            self.fill_ascii(s);
+            t = self.dfa.trans[idx];
+        }
+        if t < PARTIAL && t & GROUP != 0 {
+            let gi = (t & !GROUP) as usize;
+            t = self.dfa.groups[gi];
+            if t == UNKNOWN {
+                t = self.compute(s, c);
+                self.dfa.groups[gi] = t;
+            }
+            self.dfa.trans[idx] = t;
+        }
+        t
+    }
+
+    /// Sorts every ASCII character of `s` at once into groups: characters the same stacks
+    /// accept lead to the same state, so each group is advanced once, when first used.
     fn fill_ascii(&mut self, s: u32) {
         let tops = &self.dfa.states[s as usize];
         if tops.len() > 64 {
@@ -334,7 +357,8 @@ impl Stepper<'_> {
             } else if let Some(&(_, t)) = done.iter().find(|d| d.0 == sig) {
                 t
             } else {
-                let t = self.compute(s, c);
+                let t = GROUP | self.dfa.groups.len() as u32;
+                self.dfa.groups.push(UNKNOWN);
                 done.push((sig, t));
                 t
             };
@@ -403,7 +427,11 @@ impl Stepper<'_> {
             }
             Some(Elem::Chars { .. }) => out.push(f),
             Some(Elem::Rule(sub)) => {
-                let base = if i as usize + 1 == alt.len() { parent } else { f };
+                let base = if i as usize + 1 == alt.len() {
+                    parent
+                } else {
+                    f
+                };
                 for sa in 0..g.rules[*sub].len() {
                     let child = self.dfa.frame((*sub as u32, sa as u32, 0), base);
                     self.expand(child, out);
@@ -433,6 +461,10 @@ impl Stepper<'_> {
     /// The cursor after byte `b` (UTF-8 decoded incrementally), or `None` if refused.
     #[inline]
     pub(crate) fn step(&mut self, cur: Cursor, b: u8) -> Option<Cursor> {
+        if b < 0x80 && at_boundary(cur) {
+            let t = self.ascii(cur, b as u32);
+            return (t != DEAD).then_some(t);
+        }
         let slot = if at_boundary(cur) {
             cur as usize * 256 + b as usize
         } else {
@@ -665,7 +697,12 @@ impl Compiled {
     }
 
     /// Whether some stack's next element accepts a code point in `lo..=hi`.
-    fn could_accept<'e>(&self, mut elems: impl Iterator<Item = &'e Elem>, lo: u32, hi: u32) -> bool {
+    fn could_accept<'e>(
+        &self,
+        mut elems: impl Iterator<Item = &'e Elem>,
+        lo: u32,
+        hi: u32,
+    ) -> bool {
         elems.any(|e| {
             match e {
                 Elem::Chars {
