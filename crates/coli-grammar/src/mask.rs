@@ -48,8 +48,14 @@ impl TokenMask {
 /// The character classes of the trie's slices, widest first (the first that applies at a
 /// state is used): plain JSON string content (no quote, backslash or control character),
 /// ASCII letters and digits, letters, lowercase letters and digits, lowercase letters.
+/// (Surrogates are no characters: string content stops short of them.)
 pub(crate) const SLICE_CLASSES: &[&[(u32, u32)]] = &[
-    &[(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)],
+    &[
+        (0x20, 0x21),
+        (0x23, 0x5B),
+        (0x5D, 0xD7FF),
+        (0xE000, 0x10FFFF),
+    ],
     &[(0x30, 0x39), (0x41, 0x5A), (0x61, 0x7A)],
     &[(0x41, 0x5A), (0x61, 0x7A)],
     &[(0x30, 0x39), (0x61, 0x7A)],
@@ -66,6 +72,8 @@ struct Slice {
     /// `upto[n]`: the members of at most `n` characters (`n` up to the longest member).
     upto: Vec<Vec<u64>>,
     rest: TokenTrie,
+    /// For the first slice: `first[x]`, the members starting with ASCII character `x`.
+    first: Vec<Vec<u64>>,
 }
 
 /// A trie of the vocabulary's byte strings, stored flat: nodes in depth-first order, each
@@ -117,9 +125,19 @@ impl TokenTrie {
                     *w |= p;
                 }
             }
+            let mut first = Vec::new();
+            if t.slices.is_empty() {
+                first = vec![vec![0u64; words]; 128];
+                for (id, b) in tokens.iter().enumerate() {
+                    if b.first().is_some_and(|&x| x < 128) && count(b).is_some() {
+                        first[b[0] as usize][id / 64] |= 1 << (id % 64);
+                    }
+                }
+            }
             t.slices.push(Slice {
                 upto,
                 rest: TokenTrie::plain(&rest),
+                first,
             });
         }
         t
@@ -233,6 +251,64 @@ impl TokenTrie {
                     allowed.words.copy_from_slice(&slice.upto[n]);
                     slice.rest.walk(st, 0, s, allowed);
                     return;
+                }
+            }
+            // A slice whose every token stays alive: from `s`, every character of the class
+            // leads to states that take every character of the class again (`.*id` before
+            // and after the `i`).
+            if at_boundary(s) {
+                for (k, slice) in self.slices.iter().enumerate() {
+                    if st.closed_alive(s, k) {
+                        #[cfg(test)]
+                        SLICED.with(|c| c.set(c.get() + 1));
+                        allowed
+                            .words
+                            .copy_from_slice(&slice.upto[slice.upto.len() - 1]);
+                        slice.rest.walk(st, 0, s, allowed);
+                        return;
+                    }
+                }
+            }
+            // The first slice again, but for a few ASCII characters the state treats apart
+            // (a key that must not spell a declared name, `.*id` before the `i`): tokens
+            // starting with one of those are walked, the others decided by the chain.
+            if at_boundary(s) {
+                if let (Some(slice), Some((xs, t))) = (self.slices.first(), st.except(s, 0)) {
+                    let max = slice.upto.len() - 1;
+                    let n = match t {
+                        None => Some(0),
+                        Some(t) => Self::chain(st, t, 0, max).map(|m| (m + 1).min(max)),
+                    };
+                    if let Some(n) = n {
+                        #[cfg(test)]
+                        SLICED.with(|c| c.set(c.get() + 1));
+                        allowed.words.copy_from_slice(&slice.upto[n]);
+                        for &x in &xs {
+                            for (w, f) in allowed.words.iter_mut().zip(&slice.first[x as usize]) {
+                                *w &= !f;
+                            }
+                        }
+                        slice.rest.walk(st, 0, s, allowed);
+                        let (a, b) = (self.first_edge[0] as usize, self.first_edge[1] as usize);
+                        for &x in &xs {
+                            let edges = &self.edges[a..b];
+                            let Ok(k) = edges.binary_search_by_key(&x, |&(c, _)| c) else {
+                                continue;
+                            };
+                            if let Some(t) = st.step(s, x) {
+                                let child = edges[k].1 as usize;
+                                let (p, q) = (
+                                    self.first_end[child] as usize,
+                                    self.first_end[child + 1] as usize,
+                                );
+                                for &id in &self.end_ids[p..q] {
+                                    allowed.set(id);
+                                }
+                                self.walk(st, child, t, allowed);
+                            }
+                        }
+                        return;
+                    }
                 }
             }
             self.walk(st, 0, s, allowed)

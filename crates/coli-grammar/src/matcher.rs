@@ -168,6 +168,10 @@ struct Dfa {
     pnodes: Vec<(u32, Partial)>,
     /// Results of ASCII character groups (`UNKNOWN` until first used).
     groups: Vec<u32>,
+    /// (state, slice class) → [`Stepper::except`]'s answer.
+    except: HashMap<(u32, u32), Except, BuildFx>,
+    /// (state, slice class) → [`Stepper::closed_alive`]'s answer.
+    alive: HashMap<(u32, u32), bool, BuildFx>,
     pnext: Vec<u32>,
     pindex: HashMap<(u32, Partial), u32, BuildFx>,
     /// Per state: the forced next character (`UNKNOWN` not computed, `DEAD` none).
@@ -287,6 +291,118 @@ impl Stepper<'_> {
             DEAD => Uniform::Dead,
             t => Uniform::To(t),
         }
+    }
+
+    /// Whether every string of slice class `k`'s characters stays alive from `s`: the
+    /// states the class's characters reach from `s` (a few, at most 64) each take every
+    /// character of the class.
+    pub(crate) fn closed_alive(&mut self, s: u32, k: usize) -> bool {
+        if let Some(&known) = self.dfa.alive.get(&(s, k as u32)) {
+            return known;
+        }
+        let mut seen = vec![s];
+        let mut i = 0;
+        let mut ok = true;
+        'all: while i < seen.len() {
+            let u = seen[i];
+            i += 1;
+            let next: Vec<Option<u32>> = match self.uniform(u, k) {
+                Uniform::To(t) => vec![Some(t)],
+                Uniform::Dead => vec![None],
+                Uniform::No => match self.except(u, k) {
+                    Some((xs, others)) => {
+                        let mut v = vec![others];
+                        for x in xs {
+                            v.push(self.step_char(u, x as u32));
+                        }
+                        v
+                    }
+                    None => {
+                        ok = false;
+                        break;
+                    }
+                },
+            };
+            for t in next {
+                match t {
+                    None => {
+                        ok = false;
+                        break 'all;
+                    }
+                    Some(t) if !seen.contains(&t) => {
+                        seen.push(t);
+                        if seen.len() > 64 {
+                            ok = false;
+                            break 'all;
+                        }
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        self.dfa.alive.insert((s, k as u32), ok);
+        ok
+    }
+
+    /// For slice class `k` at state `s` where its characters do not all lead to one state:
+    /// the few ASCII characters some stack top treats apart, and where every other
+    /// character of the class leads (`None`: refused), if that is all that differs.
+    pub(crate) fn except(&mut self, s: u32, k: usize) -> Except {
+        if let Some(known) = self.dfa.except.get(&(s, k as u32)) {
+            return known.clone();
+        }
+        let class = crate::mask::SLICE_CLASSES[k];
+        let mut xs: Vec<u8> = Vec::new();
+        let mut ok = true;
+        for &top in &self.dfa.states[s as usize] {
+            let Some(e) = self.g.top_elem(&self.dfa.frames, top) else {
+                continue;
+            };
+            let Elem::Chars { negated, ranges } = e else {
+                ok = false;
+                break;
+            };
+            if covers(ranges, class) || disjoint(ranges, class) {
+                continue;
+            }
+            // The class's characters inside the ranges, and outside them.
+            let within = intersect(&crate::regex::norm(ranges.clone()), class);
+            let without = intersect(&crate::regex::complement(&within), class);
+            let (inside, outside) = if *negated {
+                (without, within)
+            } else {
+                (within, without)
+            };
+            let size =
+                |v: &[(u32, u32)]| v.iter().map(|&(a, b)| (b - a + 1) as usize).sum::<usize>();
+            let small = if size(&inside) <= 8 {
+                inside
+            } else if size(&outside) <= 8 {
+                outside
+            } else {
+                ok = false;
+                break;
+            };
+            for (a, b) in small {
+                if b >= 128 {
+                    ok = false;
+                    break;
+                }
+                xs.extend((a..=b).map(|c| c as u8));
+            }
+        }
+        xs.sort_unstable();
+        xs.dedup();
+        let r = if ok && !xs.is_empty() && xs.len() <= 16 {
+            let rep = (0x20u32..0x7F).find(|c| {
+                !xs.contains(&(*c as u8)) && class.iter().any(|&(a, b)| a <= *c && *c <= b)
+            });
+            rep.map(|rep| (xs, self.step_char(s, rep)))
+        } else {
+            None
+        };
+        self.dfa.except.insert((s, k as u32), r.clone());
+        r
     }
 
     /// The state after character `c` from state `s`, or `None` if `c` is refused.
@@ -806,6 +922,23 @@ fn covers(ranges: &[(u32, u32)], class: &[(u32, u32)]) -> bool {
         }
         next > hi
     })
+}
+
+/// The exception characters of a slice class at a state and where the others lead.
+pub(crate) type Except = Option<(Vec<u8>, Option<u32>)>;
+
+/// The code points in both (sorted, disjoint) range lists.
+fn intersect(a: &[(u32, u32)], b: &[(u32, u32)]) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for &(x, y) in a {
+        for &(p, q) in b {
+            let (lo, hi) = (x.max(p), y.min(q));
+            if lo <= hi {
+                out.push((lo, hi));
+            }
+        }
+    }
+    crate::regex::norm(out)
 }
 
 /// Whether no code point of `class` is in `ranges`.
