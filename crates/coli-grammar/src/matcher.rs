@@ -1195,6 +1195,30 @@ ws   ::= [ ]*
     }
 
     #[test]
+    fn the_automaton_starts_afresh_past_its_bound_and_matchers_carry_on() {
+        // Every digit is a new state (a counter): 2 x 10000 states pass the bound once.
+        let c = g(r#"root ::= [0-9]{0,10000} "x" [0-9]{0,10000}"#);
+        let mut m = c.matcher();
+        let mut other = c.matcher();
+        assert!(other.accept_bytes(b"12"));
+        for _ in 0..10000 {
+            assert!(m.accept_bytes(b"7"));
+        }
+        assert!(!m.accept_bytes(b"7"), "the 10001st digit");
+        assert!(m.accept_bytes(b"x"));
+        for _ in 0..10000 {
+            assert!(m.accept_bytes(b"3"));
+        }
+        assert!(m.is_complete() && !m.accept_bytes(b"3"));
+        // A matcher from before the restart is found again from its own stacks.
+        assert!(other.accept_bytes(b"x9"));
+        assert!(other.is_complete());
+        let mut mask = crate::TokenMask::default();
+        crate::TokenTrie::new(&[b"1".to_vec(), b"x".to_vec()]).mask(&other, &mut mask);
+        assert!(mask.is_allowed(0) && !mask.is_allowed(1));
+    }
+
+    #[test]
     fn bounded_and_unbounded_repetitions() {
         let c = g(r#"root ::= "a"{2,4} ("b" | "c")* "d"{3}"#);
         for (t, want) in [
