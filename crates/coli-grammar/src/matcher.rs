@@ -501,7 +501,8 @@ impl Stepper<'_> {
             if e.accepts(c) {
                 let ((r, a, i), parent, _) = self.dfa.frames[top as usize];
                 let f = self.dfa.frame((r, a, i + 1), parent);
-                self.expand(f, &mut out);
+                let mut seen = Vec::new();
+                self.expand(f, &mut out, &mut seen);
             }
         }
         if out.is_empty() {
@@ -516,10 +517,13 @@ impl Stepper<'_> {
     /// Normalises the stack topped by frame `f` (popping finished positions, expanding
     /// rule references, a reference that ends its alternative replacing the frame: a tail
     /// call) into stacks whose top waits for a character, pushing their tops onto `out`.
-    fn expand(&mut self, f: u32, out: &mut Vec<u32>) {
-        if out.len() >= MAX_STACKS {
+    /// A frame met again in one expansion expands to what it gave the first time, so it is
+    /// skipped (`seen`): repetitions of bodies that can be empty do not loop.
+    fn expand(&mut self, f: u32, out: &mut Vec<u32>, seen: &mut Vec<u32>) {
+        if out.len() >= MAX_STACKS || seen.len() > 4 * MAX_STACKS || seen.contains(&f) {
             return;
         }
+        seen.push(f);
         if f == NIL {
             out.push(NIL);
             return;
@@ -539,7 +543,7 @@ impl Stepper<'_> {
                     let ((pr, pa, pi), pp, _) = self.dfa.frames[parent as usize];
                     self.dfa.frame((pr, pa, pi + 1), pp)
                 };
-                self.expand(next, out)
+                self.expand(next, out, seen)
             }
             Some(Elem::Chars { .. }) => out.push(f),
             Some(Elem::Rule(sub)) => {
@@ -550,7 +554,7 @@ impl Stepper<'_> {
                 };
                 for sa in 0..g.rules[*sub].len() {
                     let child = self.dfa.frame((*sub as u32, sa as u32, 0), base);
-                    self.expand(child, out);
+                    self.expand(child, out, seen);
                 }
             }
         }
@@ -669,14 +673,25 @@ impl Compiled {
             let alts = c.alternatives(&r.expr);
             c.rules[i] = alts;
         }
-        let mut start = Vec::new();
+        // The start state: the root's alternatives expanded (state 0 of the automaton).
+        let mut dfa = Dfa::default();
+        let mut st = Stepper {
+            g: &c,
+            dfa: &mut dfa,
+        };
+        let (mut tops, mut seen) = (Vec::new(), Vec::new());
         for alt in 0..c.rules[c.root].len() {
-            c.expand(vec![(c.root as u32, alt as u32, 0)], &mut start);
+            let f = st.dfa.frame((c.root as u32, alt as u32, 0), NIL);
+            st.expand(f, &mut tops, &mut seen);
         }
+        tops.sort_unstable();
+        tops.dedup();
+        let id = dfa.intern(tops);
         c.start = StateData {
-            stacks: dedup(start),
+            stacks: dfa.materialize(id),
             pending: Vec::new(),
         };
+        c.dfa = Mutex::new(dfa);
         c
     }
 
@@ -764,43 +779,6 @@ impl Compiled {
             g: self,
             data: self.start.clone(),
             hint: (u64::MAX, 0),
-        }
-    }
-
-    /// Normalises `stack` (popping finished positions, expanding rule references) into
-    /// stacks whose top waits for a character, pushing them onto `out`. A reference that
-    /// ends its alternative replaces the position instead of stacking on it (a tail call),
-    /// so repetitions run in constant stack depth.
-    fn expand(&self, mut stack: Vec<Pos>, out: &mut Vec<Vec<Pos>>) {
-        if stack.len() > MAX_STACK || out.len() >= MAX_STACKS {
-            return;
-        }
-        let Some(&(r, a, i)) = stack.last() else {
-            out.push(stack);
-            return;
-        };
-        let alt = &self.rules[r as usize][a as usize];
-        match alt.get(i as usize) {
-            None => {
-                stack.pop();
-                // Continue after the reference that led here.
-                if let Some(top) = stack.last_mut() {
-                    top.2 += 1;
-                }
-                self.expand(stack, out)
-            }
-            Some(Elem::Chars { .. }) => out.push(stack),
-            Some(Elem::Rule(sub)) => {
-                let tail = i as usize + 1 == alt.len();
-                if tail {
-                    stack.pop();
-                }
-                for sa in 0..self.rules[*sub].len() {
-                    let mut s = stack.clone();
-                    s.push((*sub as u32, sa as u32, 0));
-                    self.expand(s, out);
-                }
-            }
         }
     }
 
@@ -968,13 +946,6 @@ fn prefix_range(p: &[u8]) -> (u32, u32) {
     // The shortest form rule: n-byte sequences encode at least these code points.
     let min = [0, 0, 0x80, 0x800, 0x10000][n];
     (fill(0x80).max(min), fill(0xBF).min(0x10FFFF))
-}
-
-fn dedup(mut v: Vec<Vec<Pos>>) -> Vec<Vec<Pos>> {
-    v.sort();
-    v.dedup();
-    v.truncate(MAX_STACKS);
-    v
 }
 
 /// The state of matching a text against a grammar. Cheap to clone; transitions are
@@ -1216,6 +1187,23 @@ ws   ::= [ ]*
         let mut mask = crate::TokenMask::default();
         crate::TokenTrie::new(&[b"1".to_vec(), b"x".to_vec()]).mask(&other, &mut mask);
         assert!(mask.is_allowed(0) && !mask.is_allowed(1));
+    }
+
+    #[test]
+    fn repetitions_of_bodies_that_can_be_empty_terminate() {
+        // Found by the fuzzer: `x{0}*` and `(y?)*` once expanded for ever.
+        let c = g(r#"root ::= " -w"{0}* "a""#);
+        assert!(Matcher::matches(&c, "a") && !Matcher::matches(&c, " -wa"));
+        let c = g(r#"root ::= ("b"? "c"?)* "d""#);
+        for (t, want) in [
+            ("d", true),
+            ("bcbd", true),
+            ("ccd", true),
+            ("bd", true),
+            ("bdd", false),
+        ] {
+            assert_eq!(Matcher::matches(&c, t), want, "{t}");
+        }
     }
 
     #[test]

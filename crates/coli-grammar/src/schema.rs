@@ -28,7 +28,7 @@ use std::fmt::Write as _;
 
 /// A schema the converter cannot honour, and where.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("JSON Schema at {}: {keyword}: {msg}", if path.is_empty() { "the root" } else { path })]
+#[error("JSON Schema at {}: {keyword:?}: {msg}", if path.is_empty() { "the root" } else { path })]
 pub struct SchemaError {
     /// JSON Pointer to the schema object (empty for the root).
     pub path: String,
@@ -1333,6 +1333,10 @@ mod tests {
             "$ref"
         );
         assert_eq!(compile_schema("{").unwrap_err().keyword, "(json)");
+        // Found by the fuzzer: an empty keyword is still named (quoted).
+        let e = compile_schema(r#"{"type": "string", "": 1}"#).unwrap_err();
+        assert_eq!(e.keyword, "");
+        assert!(e.to_string().contains("\"\": keyword not supported"), "{e}");
     }
 
     #[test]
