@@ -14,7 +14,6 @@ use coli_models::session::Constraint;
 use coli_models::{Sampler, SamplingParams, Session, TextTokenizer};
 use coli_tests::synthetic::{write_olmoe, OlmoeSpec};
 use serde_json::Value;
-use std::path::PathBuf;
 
 struct Leaning<'g> {
     inner: GrammarConstraint<'g>,
@@ -38,25 +37,6 @@ impl Constraint for Leaning<'_> {
     fn draft(&mut self) -> Vec<u32> {
         self.inner.draft()
     }
-}
-
-fn corpus() -> Vec<(String, Value)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/coli-grammar/corpus");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .map(|p| {
-            let v: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                v["schema"].clone(),
-            )
-        })
-        .collect()
 }
 
 #[test]
@@ -98,7 +78,8 @@ fn random_model_output_validates_for_every_corpus_schema() {
     let trie = std::sync::Arc::new(coli_grammar::TokenTrie::new(&bytes));
     let shared = std::sync::Arc::new(bytes.clone());
     let (mut outputs, mut drafted, mut tokens) = (0, 0, 0);
-    for (name, schema) in corpus() {
+    for c in coli_grammar::corpus::corpus().unwrap() {
+        let (name, schema) = (c.name, c.schema);
         let compiled = Compiled::new(&compile_schema(&schema.to_string()).unwrap());
         let validator = jsonschema::options()
             .should_validate_formats(true)

@@ -9,7 +9,6 @@
 //! ("warm": a cached schema seen before).
 
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,23 +27,14 @@ struct Case {
 }
 
 fn corpus() -> Vec<Case> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../crates/coli-grammar/corpus");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+    coli_grammar::corpus::corpus()
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .map(|p| {
-            let v: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-            let schema = v["schema"].clone();
-            Case {
-                name: p.file_stem().unwrap().to_string_lossy().into_owned(),
-                grammar: compile_schema(&schema.to_string()).unwrap(),
-                text: serde_json::to_string(&v["valid"][0]).unwrap(),
-                schema,
-            }
+        .into_iter()
+        .map(|c| Case {
+            grammar: compile_schema(&c.schema.to_string()).unwrap(),
+            text: serde_json::to_string(&c.valid[0]).unwrap(),
+            name: c.name,
+            schema: c.schema,
         })
         .collect()
 }

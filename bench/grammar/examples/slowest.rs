@@ -6,21 +6,12 @@ fn main() {
     let tok = coli_models::TextTokenizer::load(&dir).unwrap();
     let vocab = tok.token_bytes();
     let trie = TokenTrie::new(&vocab);
-    let cdir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../crates/coli-grammar/corpus");
-    let mut files: Vec<_> = std::fs::read_dir(&cdir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
     let mut rows = Vec::new();
     let (mut states, mut partial, mut trans, mut cold_us) = (0, 0, 0, 0.0);
     let mut mask = TokenMask::default();
-    for p in files {
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-        let c = Compiled::new(&compile_schema(&v["schema"].to_string()).unwrap());
-        let text = serde_json::to_string(&v["valid"][0]).unwrap();
+    for entry in coli_grammar::corpus::corpus().unwrap() {
+        let c = Compiled::new(&compile_schema(&entry.schema.to_string()).unwrap());
+        let text = serde_json::to_string(&entry.valid[0]).unwrap();
         let seq = trie.greedy_tokens(text.as_bytes());
         for round in 0..2 {
             let mut m = c.matcher();
@@ -33,12 +24,7 @@ fn main() {
                     cold_us += us;
                 }
                 if round == 1 {
-                    rows.push((
-                        us,
-                        mask.count(),
-                        p.file_stem().unwrap().to_string_lossy().into_owned(),
-                        done.clone(),
-                    ));
+                    rows.push((us, mask.count(), entry.name.clone(), done.clone()));
                 }
                 m.accept_bytes(&vocab[t as usize]);
                 done.push_str(&String::from_utf8_lossy(&vocab[t as usize]));

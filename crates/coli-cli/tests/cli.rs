@@ -1050,7 +1050,7 @@ fn grammar_constrained_generation() {
 fn json_schema_constrained_generation() {
     let dir = coli_models::demo::ensure_demo_model(|_, _| {}).expect("demo model");
     let tmp = tempfile::tempdir().unwrap();
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../coli-grammar/corpus");
+    let corpus = coli_grammar::corpus::corpus_dir();
     for name in [
         "01-weather-call",
         "26-openai-tool-call",

@@ -7,9 +7,11 @@
 //! * [`matcher`]: which text a grammar still allows, byte by byte (UTF-8 aware), and where
 //!   the text is complete.
 //! * [`mask`]: the tokens of a vocabulary the grammar allows next, through a byte trie.
+//! * [`corpus`]: the schema corpus of the tests and benchmarks.
 //! * [`cache`]: compiled grammars keyed on their text.
 
 pub mod cache;
+pub mod corpus;
 pub mod gbnf;
 pub mod mask;
 pub mod matcher;

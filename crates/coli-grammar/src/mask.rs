@@ -207,20 +207,11 @@ impl TokenTrie {
         let mut node = 0usize;
         let mut best = None;
         for (i, &b) in bytes.iter().enumerate() {
-            let (a, e) = (
-                self.first_edge[node] as usize,
-                self.first_edge[node + 1] as usize,
-            );
-            let edges = &self.edges[a..e];
-            let Ok(k) = edges.binary_search_by_key(&b, |&(c, _)| c) else {
+            let Some(child) = self.child(node, b) else {
                 break;
             };
-            node = edges[k].1 as usize;
-            let (x, y) = (
-                self.first_end[node] as usize,
-                self.first_end[node + 1] as usize,
-            );
-            if let Some(&id) = self.end_ids[x..y].iter().min() {
+            node = child;
+            if let Some(&id) = self.ends(node).iter().min() {
                 best = Some((id, i + 1));
             }
         }
@@ -289,21 +280,12 @@ impl TokenTrie {
                             }
                         }
                         slice.rest.walk(st, 0, s, allowed);
-                        let (a, b) = (self.first_edge[0] as usize, self.first_edge[1] as usize);
                         for &x in &xs {
-                            let edges = &self.edges[a..b];
-                            let Ok(k) = edges.binary_search_by_key(&x, |&(c, _)| c) else {
+                            let Some(child) = self.child(0, x) else {
                                 continue;
                             };
                             if let Some(t) = st.step(s, x) {
-                                let child = edges[k].1 as usize;
-                                let (p, q) = (
-                                    self.first_end[child] as usize,
-                                    self.first_end[child + 1] as usize,
-                                );
-                                for &id in &self.end_ids[p..q] {
-                                    allowed.set(id);
-                                }
+                                self.ends(child).iter().for_each(|&id| allowed.set(id));
                                 self.walk(st, child, t, allowed);
                             }
                         }
@@ -348,21 +330,28 @@ impl TokenTrie {
             .with_stepper(m, |st, s| self.walk(st, 0, s, allowed));
     }
 
+    /// Node `node`'s edges (byte, child), sorted by byte.
+    fn edges_of(&self, node: usize) -> &[(u8, u32)] {
+        &self.edges[self.first_edge[node] as usize..self.first_edge[node + 1] as usize]
+    }
+
+    /// The child of `node` along byte `b`.
+    fn child(&self, node: usize, b: u8) -> Option<usize> {
+        let edges = self.edges_of(node);
+        let k = edges.binary_search_by_key(&b, |&(c, _)| c).ok()?;
+        Some(edges[k].1 as usize)
+    }
+
+    /// The tokens whose bytes end at `node`.
+    fn ends(&self, node: usize) -> &[u32] {
+        &self.end_ids[self.first_end[node] as usize..self.first_end[node + 1] as usize]
+    }
+
     fn walk(&self, st: &mut Stepper, node: usize, s: Cursor, allowed: &mut TokenMask) {
-        let (a, b) = (
-            self.first_edge[node] as usize,
-            self.first_edge[node + 1] as usize,
-        );
-        for &(byte, child) in &self.edges[a..b] {
+        for &(byte, child) in self.edges_of(node) {
             if let Some(t) = st.step(s, byte) {
                 let child = child as usize;
-                let (x, y) = (
-                    self.first_end[child] as usize,
-                    self.first_end[child + 1] as usize,
-                );
-                for &id in &self.end_ids[x..y] {
-                    allowed.set(id);
-                }
+                self.ends(child).iter().for_each(|&id| allowed.set(id));
                 self.walk(st, child, t, allowed);
             }
         }

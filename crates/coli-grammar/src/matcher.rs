@@ -42,7 +42,7 @@ type BuildFx = BuildHasherDefault<Fx>;
 /// One element of a compiled alternative.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Elem {
-    /// A character in (or, negated, not in) these inclusive ranges.
+    /// A character in (or, negated, not in) these inclusive ranges (sorted, disjoint).
     Chars {
         negated: bool,
         ranges: Vec<(u32, u32)>,
@@ -366,7 +366,7 @@ impl Stepper<'_> {
                 continue;
             }
             // The class's characters inside the ranges, and outside them.
-            let within = intersect(&crate::regex::norm(ranges.clone()), class);
+            let within = intersect(ranges, class);
             let without = intersect(&crate::regex::complement(&within), class);
             let (inside, outside) = if *negated {
                 (without, within)
@@ -719,7 +719,9 @@ impl Compiled {
                 .collect(),
             Expr::Class { negated, ranges } => vec![Elem::Chars {
                 negated: *negated,
-                ranges: ranges.iter().map(|&(a, b)| (a as u32, b as u32)).collect(),
+                ranges: crate::regex::norm(
+                    ranges.iter().map(|&(a, b)| (a as u32, b as u32)).collect(),
+                ),
             }],
             Expr::Any => vec![Elem::Chars {
                 negated: true,
@@ -808,10 +810,8 @@ impl Compiled {
                     ranges,
                 } => {
                     // Some code point of lo..=hi outside every range.
-                    let mut sorted: Vec<(u32, u32)> = ranges.clone();
-                    sorted.sort_unstable();
                     let mut next = lo;
-                    for (x, y) in sorted {
+                    for &(x, y) in ranges {
                         if x > next {
                             break;
                         }
@@ -882,12 +882,10 @@ impl Compiled {
 
 /// Whether the union of `ranges` contains every code point of `class`.
 fn covers(ranges: &[(u32, u32)], class: &[(u32, u32)]) -> bool {
-    let mut sorted = ranges.to_vec();
-    sorted.sort_unstable();
     class.iter().all(|&(lo, hi)| {
-        // Walk the sorted ranges, extending coverage from lo.
+        // Walk the (sorted) ranges, extending coverage from lo.
         let mut next = lo;
-        for &(x, y) in &sorted {
+        for &(x, y) in ranges {
             if x > next {
                 break;
             }

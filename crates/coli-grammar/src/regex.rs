@@ -440,40 +440,22 @@ fn hexd(n: u32) -> char {
 
 /// A GBNF character class of non-special code points (no surrogates).
 pub(crate) fn class(ranges: &[(u32, u32)]) -> String {
-    let esc = |c: u32| -> String {
-        match char::from_u32(c) {
-            Some(ch) if ch.is_ascii_alphanumeric() => ch.to_string(),
-            Some(ch) if (0x20..0x7F).contains(&c) && !"\\]-^[".contains(ch) => ch.to_string(),
-            _ if c <= 0xFF => format!("\\x{c:02X}"),
-            _ if c <= 0xFFFF => format!("\\u{c:04X}"),
-            _ => format!("\\U{c:08X}"),
-        }
-    };
-    let body: String = ranges
+    let ranges = ranges
         .iter()
         .filter_map(|&(a, b)| {
             // Surrogates are not characters.
-            let a = if (0xD800..=0xDFFF).contains(&a) {
-                0xE000
-            } else {
-                a
-            };
-            let b = if (0xD800..=0xDFFF).contains(&b) {
-                0xD7FF
-            } else {
-                b
-            };
+            let a = char::from_u32(a).unwrap_or('\u{E000}');
+            let b = char::from_u32(b).unwrap_or('\u{D7FF}');
             (a <= b).then_some((a, b))
         })
-        .map(|(a, b)| {
-            if a == b {
-                esc(a)
-            } else {
-                format!("{}-{}", esc(a), esc(b))
-            }
-        })
         .collect();
-    format!("[{body}]")
+    crate::gbnf::show(
+        &crate::gbnf::Expr::Class {
+            negated: false,
+            ranges,
+        },
+        &[],
+    )
 }
 
 fn emit(re: &Re) -> String {

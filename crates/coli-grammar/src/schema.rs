@@ -21,7 +21,7 @@
 //! `$comment`, `deprecated`, `readOnly`, `writeOnly`. Any other keyword is an error naming
 //! it and its location: a constraint is never silently dropped.
 
-use crate::gbnf::{parse, Grammar};
+use crate::gbnf::{parse, show, Expr, Grammar};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -124,24 +124,9 @@ fn prim_deps(name: &str) -> &'static [&'static str] {
     }
 }
 
-/// A GBNF string literal for `s`.
+/// A GBNF string literal for `s` (the grammar printer's spelling).
 fn lit(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7F => {
-                let _ = write!(out, "\\x{:02X}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    show(&Expr::Literal(s.chars().collect()), &[])
 }
 
 struct Conv<'a> {

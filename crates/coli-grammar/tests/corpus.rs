@@ -5,29 +5,13 @@
 
 use coli_grammar::{compile_schema, Compiled, Matcher};
 use serde_json::Value;
-use std::path::PathBuf;
 
-/// The corpus: (file name, schema, valid instances, invalid instances).
-pub fn corpus() -> Vec<(String, Value, Vec<Value>, Vec<Value>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpus");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+/// The corpus as (name, schema, valid instances, invalid instances).
+fn corpus() -> Vec<(String, Value, Vec<Value>, Vec<Value>)> {
+    coli_grammar::corpus::corpus()
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    files.sort();
-    files
         .into_iter()
-        .map(|p| {
-            let v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-            let list = |k: &str| v[k].as_array().unwrap().clone();
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                v["schema"].clone(),
-                list("valid"),
-                list("invalid"),
-            )
-        })
+        .map(|c| (c.name, c.schema, c.valid, c.invalid))
         .collect()
 }
 

@@ -1,0 +1,53 @@
+//! The schema corpus kept with the crate's sources (`crates/coli-grammar/corpus`): realistic
+//! JSON Schemas, each with valid and invalid instances, read by tests and benchmarks.
+
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// One schema of the corpus.
+#[derive(Clone, Debug)]
+pub struct CorpusSchema {
+    /// File stem, e.g. `03-order`.
+    pub name: String,
+    /// The JSON Schema.
+    pub schema: Value,
+    /// Instances the schema accepts.
+    pub valid: Vec<Value>,
+    /// Instances it rejects.
+    pub invalid: Vec<Value>,
+}
+
+/// The corpus directory in this crate's sources.
+pub fn corpus_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpus")
+}
+
+/// Every schema of the corpus, in file-name order.
+pub fn corpus() -> Result<Vec<CorpusSchema>, String> {
+    let dir = corpus_dir();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let v: Value =
+                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+            let list = |k: &str| v[k].as_array().cloned().unwrap_or_default();
+            Ok(CorpusSchema {
+                name: p
+                    .file_stem()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned(),
+                schema: v["schema"].clone(),
+                valid: list("valid"),
+                invalid: list("invalid"),
+            })
+        })
+        .collect()
+}
