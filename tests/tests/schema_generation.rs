@@ -1,4 +1,4 @@
-//! Random-weight model output under every schema of the corpus (crates/coli-grammar/corpus)
+//! Random-weight model output under every schema of the corpus (coli-grammar/corpus)
 //! always parses and validates with an independent validator (the `jsonschema` crate), over
 //! several seeds and temperatures; forced-span drafts never change the output.
 //!

@@ -1,4 +1,4 @@
-//! coli-grammar against llguidance on the schema corpus (crates/coli-grammar/corpus):
+//! coli-grammar against llguidance on the schema corpus (coli-grammar/corpus):
 //! compile time per schema, and mask time per token while feeding each schema's first
 //! valid instance, over the demo model's 49k-token vocabulary and a 151k one (the demo
 //! vocabulary grown with merged pairs of its tokens, Qwen-sized).

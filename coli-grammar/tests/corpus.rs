@@ -1,4 +1,4 @@
-//! The schema corpus (crates/coli-grammar/corpus): every schema converts; its valid
+//! The schema corpus (coli-grammar/corpus): every schema converts; its valid
 //! instances (checked valid by the independent `jsonschema` validator) are accepted byte by
 //! byte, compact and pretty-printed; its invalid ones (checked invalid by the validator) are
 //! rejected.

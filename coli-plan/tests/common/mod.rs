@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 /// A committed oracle fixture.
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
+        .join("../tests/fixtures")
         .join(name)
 }
 

@@ -1,4 +1,4 @@
-//! The schema corpus kept with the crate's sources (`crates/coli-grammar/corpus`): realistic
+//! The schema corpus kept with the crate's sources (`coli-grammar/corpus`): realistic
 //! JSON Schemas, each with valid and invalid instances, read by tests and benchmarks.
 
 use serde_json::Value;
