@@ -566,7 +566,7 @@ fn expert_placement_flags_stats_and_usage_history() {
     assert!(v["stats"]["expert_misses"].as_u64().unwrap() > 0);
     // The runs above left a routing history: version line, then layer expert count.
     let hist = std::fs::read_to_string(t.path().join(".coli_usage")).unwrap();
-    let u = coli_models::usage::parse(&hist).expect("valid history");
+    let u = coli_models::experts::usage::parse(&hist).expect("valid history");
     assert_eq!(u.keys().map(|k| k.0).max(), Some(1));
     // --no-usage leaves it alone.
     run(&["--cap", "1", "--no-usage"]);

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use coli_core::write::{write_atomic, write_safetensors, TensorData};
 use coli_core::{DType, ModelDir};
 
-use crate::decoder::LinearRole;
+use crate::arch::LinearRole;
 use crate::error::{ModelError, Result};
 use crate::weights::{Linear, INT4_GROUP};
 
@@ -203,12 +203,20 @@ enum Action {
     Convert(Target),
 }
 
+/// What the conversion writes: its units in output order, and whether FP8 tensors stay.
+struct ConvertPlan {
+    /// Matrices by tensor name, with their role.
+    role_of: HashMap<String, (LinearRole, Linear)>,
+    units: Vec<Unit>,
+    fp8_left: bool,
+}
+
 /// Converts `input` into a new container at `out`, reporting `(bytes done, bytes total)`.
 pub fn convert(
     input: &Path,
     out: &Path,
     opts: &ConvertOptions,
-    mut progress: impl FnMut(u64, u64),
+    progress: impl FnMut(u64, u64),
 ) -> Result<()> {
     let fail = |msg: String| ModelError::Import {
         path: out.to_path_buf(),
@@ -220,17 +228,43 @@ pub fn convert(
         ));
     }
     let dir = ModelDir::open(input)?;
-    let family = crate::registry::lookup(dir.config.model_type()?)?;
-    let mut model = (family.load)(&dir)?;
-    // Which tensors are matrices, and what they are for.
+    let plan = plan_units(&dir, opts)?;
+    // Everything goes into a sibling temp directory first.
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let base = out
+        .file_name()
+        .ok_or_else(|| fail("needs a directory name".into()))?
+        .to_string_lossy()
+        .into_owned();
+    remove_stale_partials(parent, &base);
+    let tmp = parent.join(format!(".{base}.coli-partial-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).map_err(|e| fail(format!("creating {}: {e}", tmp.display())))?;
+    let result = write_shards(&dir, &plan, opts, &tmp, progress)
+        .and_then(|()| copy_side_files(input, &tmp, &fail))
+        .and_then(|()| write_config(&dir, plan.fp8_left, &tmp))
+        .and_then(|()| {
+            std::fs::rename(&tmp, out).map_err(|e| fail(format!("renaming into place: {e}")))
+        });
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    result
+}
+
+/// Units: one per routed expert (its three matrices), one per other tensor; scale tensors
+/// of converted matrices are dropped (the conversion makes its own).
+fn plan_units(dir: &ModelDir, opts: &ConvertOptions) -> Result<ConvertPlan> {
+    let family = crate::families::lookup(dir.config.model_type()?)?;
+    let mut model = (family.load)(dir)?;
     let role_of: HashMap<String, (LinearRole, Linear)> = model
         .linears_mut()
         .into_iter()
         .map(|(role, l)| (l.view().name.clone(), (role, l.clone())))
         .collect();
     drop(model);
-    // Units: one per routed expert (its three matrices), one per other tensor; scale
-    // tensors of converted matrices are dropped (the conversion makes its own).
     let mut dropped: Vec<String> = Vec::new();
     for (name, (_, l)) in &role_of {
         if l.scales().is_some() {
@@ -246,25 +280,20 @@ pub fn convert(
             continue;
         }
         let view = dir.tensor(name)?;
-        let (action, bytes) = match role_of.get(name) {
-            Some((role, l)) => {
-                let (rows, cols) = (l.rows, l.cols);
-                let t = match role {
-                    LinearRole::Expert { .. } => Some(opts.experts),
-                    LinearRole::Dense => Some(opts.dense),
-                    _ => None,
-                };
-                match t {
-                    Some(t) => (Action::Convert(t), converted_bytes(rows, cols, t)),
-                    None => (Action::Copy, view.bytes().len() as u64),
-                }
-            }
-            None => (Action::Copy, view.bytes().len() as u64),
+        let role = role_of.get(name);
+        let target = role.and_then(|(role, _)| match role {
+            LinearRole::Expert { .. } => Some(opts.experts),
+            LinearRole::Dense => Some(opts.dense),
+            _ => None,
+        });
+        let (action, bytes) = match (target, role) {
+            (Some(t), Some((_, l))) => (Action::Convert(t), converted_bytes(l.rows, l.cols, t)),
+            _ => (Action::Copy, view.bytes().len() as u64),
         };
         if matches!(action, Action::Copy) && view.dtype_name == "F8_E4M3" {
             fp8_left = true;
         }
-        match role_of.get(name).map(|r| r.0) {
+        match role.map(|r| r.0) {
             Some(LinearRole::Expert { layer, expert }) => {
                 let u = experts.entry((layer, expert)).or_insert(Unit {
                     items: Vec::new(),
@@ -279,11 +308,24 @@ pub fn convert(
             }),
         }
     }
-    let units: Vec<Unit> = others.into_iter().chain(experts.into_values()).collect();
-    // Shards: consecutive units up to the byte limit.
+    Ok(ConvertPlan {
+        role_of,
+        units: others.into_iter().chain(experts.into_values()).collect(),
+        fp8_left,
+    })
+}
+
+/// Writes the units into shards of consecutive units up to the byte limit, and the index.
+fn write_shards(
+    dir: &ModelDir,
+    plan: &ConvertPlan,
+    opts: &ConvertOptions,
+    tmp: &Path,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<()> {
     let mut shards: Vec<Vec<&Unit>> = vec![Vec::new()];
     let mut in_shard = 0u64;
-    for u in &units {
+    for u in &plan.units {
         if in_shard > 0 && in_shard + u.bytes > opts.shard_bytes {
             shards.push(Vec::new());
             in_shard = 0;
@@ -291,112 +333,103 @@ pub fn convert(
         shards.last_mut().expect("one shard").push(u);
         in_shard += u.bytes;
     }
-    let total: u64 = units.iter().map(|u| u.bytes).sum();
-    // Everything goes into a sibling temp directory first.
-    let parent = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let base = out
-        .file_name()
-        .ok_or_else(|| fail("needs a directory name".into()))?
-        .to_string_lossy()
-        .into_owned();
-    remove_stale_partials(parent, &base);
-    let tmp = parent.join(format!(".{base}.coli-partial-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).map_err(|e| fail(format!("creating {}: {e}", tmp.display())))?;
-    let result = (|| -> Result<()> {
-        let n = shards.len();
-        let mut weight_map = BTreeMap::new();
-        let mut done = 0u64;
-        let meta: BTreeMap<String, String> = [
-            ("format", "pt"),
-            ("coli.format", FORMAT_VERSION),
-            ("coli.experts", opts.experts.name()),
-            ("coli.dense", opts.dense.name()),
-            ("coli.int4_group_size", "64"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        for (i, shard) in shards.iter().enumerate() {
-            let file = format!("model-{:05}-of-{n:05}.safetensors", i + 1);
-            let mut tensors = BTreeMap::new();
-            for unit in shard {
-                for (name, action) in &unit.items {
-                    let out_tensors = match *action {
-                        Action::Copy => {
-                            let v = dir.tensor(name)?;
-                            let dtype = v.dtype()?;
-                            vec![(
-                                name.clone(),
-                                TensorData {
-                                    dtype,
-                                    shape: v.shape.clone(),
-                                    bytes: v.bytes().to_vec(),
-                                },
-                            )]
-                        }
-                        Action::Convert(t) => {
-                            let (_, l) = &role_of[name];
-                            convert_matrix(&l.mat(), name, t)
-                        }
-                    };
-                    for (k, v) in out_tensors {
-                        weight_map.insert(k.clone(), file.clone());
-                        tensors.insert(k, v);
-                    }
+    let total: u64 = plan.units.iter().map(|u| u.bytes).sum();
+    let n = shards.len();
+    let mut weight_map = BTreeMap::new();
+    let mut done = 0u64;
+    let meta: BTreeMap<String, String> = [
+        ("format", "pt"),
+        ("coli.format", FORMAT_VERSION),
+        ("coli.experts", opts.experts.name()),
+        ("coli.dense", opts.dense.name()),
+        ("coli.int4_group_size", "64"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (i, shard) in shards.iter().enumerate() {
+        let file = format!("model-{:05}-of-{n:05}.safetensors", i + 1);
+        let mut tensors = BTreeMap::new();
+        for unit in shard {
+            for (name, action) in &unit.items {
+                for (k, v) in unit_tensors(dir, plan, name, *action)? {
+                    weight_map.insert(k.clone(), file.clone());
+                    tensors.insert(k, v);
                 }
-                done += unit.bytes;
-                progress(done, total);
             }
-            write_safetensors(&tmp.join(&file), &tensors, &meta)?;
+            done += unit.bytes;
+            progress(done, total);
         }
-        let index = serde_json::json!({
-            "metadata": {"total_size": total, "coli.format": FORMAT_VERSION},
-            "weight_map": weight_map,
-        });
-        let text =
-            serde_json::to_string_pretty(&coli_core::write::sorted_keys(index)).expect("json");
-        write_atomic(&tmp.join("model.safetensors.index.json"), |w| {
-            use std::io::Write;
-            w.write_all(text.as_bytes())
-        })?;
-        // The other files of the model (config last, adjusted).
-        for e in std::fs::read_dir(input).map_err(|e| fail(format!("{}: {e}", input.display())))? {
-            let e = e.map_err(|e| fail(e.to_string()))?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            let skip = name.ends_with(".safetensors")
-                || name == "model.safetensors.index.json"
-                || name == "config.json"
-                || name.starts_with('.')
-                || !e.path().is_file();
-            if !skip {
-                let bytes = std::fs::read(e.path()).map_err(|x| fail(format!("{name}: {x}")))?;
-                write_atomic(&tmp.join(&name), |w| {
-                    use std::io::Write;
-                    w.write_all(&bytes)
-                })?;
-            }
-        }
-        let mut cfg = dir.config.value.clone();
-        if !fp8_left {
-            if let Some(o) = cfg.as_object_mut() {
-                o.remove("quantization_config");
-            }
-        }
-        let text = serde_json::to_string_pretty(&coli_core::write::sorted_keys(cfg)).expect("json");
-        write_atomic(&tmp.join("config.json"), |w| {
-            use std::io::Write;
-            w.write_all(text.as_bytes())
-        })?;
-        std::fs::rename(&tmp, out).map_err(|e| fail(format!("renaming into place: {e}")))?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_dir_all(&tmp);
+        write_safetensors(&tmp.join(&file), &tensors, &meta)?;
     }
-    result
+    let index = serde_json::json!({
+        "metadata": {"total_size": total, "coli.format": FORMAT_VERSION},
+        "weight_map": weight_map,
+    });
+    let text = serde_json::to_string_pretty(&coli_core::write::sorted_keys(index)).expect("json");
+    write_atomic(&tmp.join("model.safetensors.index.json"), |w| {
+        use std::io::Write;
+        w.write_all(text.as_bytes())
+    })?;
+    Ok(())
+}
+
+/// The output tensors of one input tensor: itself copied, or its conversion.
+fn unit_tensors(
+    dir: &ModelDir,
+    plan: &ConvertPlan,
+    name: &str,
+    action: Action,
+) -> Result<Vec<(String, TensorData)>> {
+    Ok(match action {
+        Action::Copy => {
+            let v = dir.tensor(name)?;
+            let data = TensorData {
+                dtype: v.dtype()?,
+                shape: v.shape.clone(),
+                bytes: v.bytes().to_vec(),
+            };
+            vec![(name.to_string(), data)]
+        }
+        Action::Convert(t) => convert_matrix(&plan.role_of[name].1.mat(), name, t),
+    })
+}
+
+/// Copies the model's other files (tokenizer, templates, …) but config and weights.
+fn copy_side_files(input: &Path, tmp: &Path, fail: &dyn Fn(String) -> ModelError) -> Result<()> {
+    for e in std::fs::read_dir(input).map_err(|e| fail(format!("{}: {e}", input.display())))? {
+        let e = e.map_err(|e| fail(e.to_string()))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let skip = name.ends_with(".safetensors")
+            || name == "model.safetensors.index.json"
+            || name == "config.json"
+            || name.starts_with('.')
+            || !e.path().is_file();
+        if !skip {
+            let bytes = std::fs::read(e.path()).map_err(|x| fail(format!("{name}: {x}")))?;
+            write_atomic(&tmp.join(&name), |w| {
+                use std::io::Write;
+                w.write_all(&bytes)
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The config, with `quantization_config` dropped when no FP8 tensor is left.
+fn write_config(dir: &ModelDir, fp8_left: bool, tmp: &Path) -> Result<()> {
+    let mut cfg = dir.config.value.clone();
+    if !fp8_left {
+        if let Some(o) = cfg.as_object_mut() {
+            o.remove("quantization_config");
+        }
+    }
+    let text = serde_json::to_string_pretty(&coli_core::write::sorted_keys(cfg)).expect("json");
+    write_atomic(&tmp.join("config.json"), |w| {
+        use std::io::Write;
+        w.write_all(text.as_bytes())
+    })?;
+    Ok(())
 }
 
 /// Removes `.{base}.coli-partial-PID` directories whose process is gone (an earlier

@@ -57,6 +57,12 @@ pub enum ModelError {
     /// The expert store could not read an expert (shard truncated or unreadable mid-run).
     #[error("expert store: {0}")]
     ExpertRead(String),
+    /// A grammar or JSON Schema that cannot constrain this generation.
+    #[error("{0}")]
+    Constraint(String),
+    /// The routing history could not be saved.
+    #[error("routing history: {0}")]
+    Usage(String),
     /// Importing a foreign format (GGUF) failed.
     #[error("{path}: {msg}")]
     Import {

@@ -1,46 +1,56 @@
 //! coli-models: from a model directory to tokens.
 //!
-//! * [`registry`]: the one descriptor table of families (`model_type` → loader).
-//! * [`llama`], [`olmoe`], [`qwen_moe`], [`mixtral`], [`deepseek_v3`], [`glm4_moe`],
-//!   [`glm_moe_dsa`]:
-//!   one file per family, each reading like the
-//!   `transformers` modeling file it mirrors; shared blocks live in [`decoder`].
-//! * [`session`]: KV cache, batched prefill, step-by-step decode, generation.
-//! * [`sampling`], [`tokenizer`] (with the chat template), [`gguf_import`].
+//! * [`generate`]: the generation API. An [`Engine`] is a loaded, placed model with its
+//!   tokenizer; [`Engine::generate`] answers a [`GenerateRequest`] (text, chat messages or
+//!   ids; sampling; a grammar or JSON Schema; drafts), streaming tokens as they come.
+//! * [`arch`]: the blocks (GQA, MLA, DSA, MLP, MoE), the KV cache, and the forward loop.
+//! * [`families`]: the registry and one file per family, each reading like the
+//!   `transformers` modeling file it mirrors.
+//! * [`experts`]: the expert store (reads, cache policy, prefetch) and routing history.
+//! * [`session`]: KV cache, batched prefill, step-by-step decode.
+//! * [`sampling`], [`tokenizer`] (with the chat template), [`constrained`], [`convert`],
+//!   [`gguf_import`].
 //!
-//! A downstream application needs only this crate:
+//! A downstream application needs only this crate. Load a model directory and stream a
+//! chat answer:
+//!
 //! ```no_run
-//! let model = coli_models::load("path/to/model")?;
-//! let mut session = coli_models::Session::new(&model, 512);
-//! let logits = session.forward(&[1, 2, 3], false)?;
+//! use coli_models::experts::Placement;
+//! use coli_models::tokenizer::ChatMessage;
+//! use coli_models::{Engine, GenerateRequest, Prompt};
+//!
+//! let engine = Engine::open("path/to/model".as_ref(), &Placement::default())?;
+//! let request = GenerateRequest {
+//!     prompt: Prompt::Chat(vec![ChatMessage {
+//!         role: "user".into(),
+//!         content: "Name three rivers.".into(),
+//!     }]),
+//!     max_tokens: 64,
+//!     ..GenerateRequest::default()
+//! };
+//! let answer = engine.generate(&request, |_id, text| print!("{text}"))?;
+//! println!("\n[{} tokens, {:.1} tok/s]", answer.generated_ids.len(), answer.decode_tok_s());
 //! # Ok::<(), coli_models::ModelError>(())
 //! ```
 
+pub mod arch;
 pub mod constrained;
 pub mod convert;
-pub mod decoder;
-pub mod deepseek_v3;
 pub mod demo;
 pub mod error;
-pub mod expert_store;
+pub mod experts;
+pub mod families;
+pub mod generate;
 pub mod gguf_import;
-pub mod glm4_moe;
-pub mod glm_moe_dsa;
-pub mod llama;
-pub mod mixtral;
-pub mod olmoe;
-pub mod qwen_moe;
-pub mod registry;
 pub mod sampling;
 pub mod session;
-pub mod skeleton;
 pub mod tokenizer;
-pub mod usage;
 pub mod weights;
 
-pub use decoder::{ModelInfo, Transformer};
+pub use arch::{ModelInfo, Transformer};
 pub use error::{ModelError, Result};
-pub use registry::{load, load_dir, Capability, FamilyDescriptor, FAMILIES};
+pub use families::{load, load_dir, Capability, FamilyDescriptor, FAMILIES};
+pub use generate::{Completion, Engine, GenerateRequest, OutputConstraint, Prompt};
 pub use sampling::{Sampler, SamplingParams};
 pub use session::{FinishReason, Generation, Session};
 pub use tokenizer::TextTokenizer;

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use crate::decoder::{KvCache, LogitsFor, PositionLoop, Scratch, Transformer};
+use crate::arch::{KvCache, LogitsFor, PositionLoop, Scratch, Transformer};
 use crate::error::{ModelError, Result};
 use crate::sampling::Sampler;
 

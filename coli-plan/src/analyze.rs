@@ -13,6 +13,7 @@
 //! be written keeps working uncached. Writes go to a temp file unique to the process and
 //! thread, are fsynced and renamed over the cache (temp removed on failure).
 
+use crate::PlanError;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
@@ -22,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use coli_core::safetensors_header::{header_len, parse_header};
 use coli_core::{shard_paths, CoreError, RawConfig};
-use coli_models::registry::{classify, lookup, FamilyDescriptor, TensorClass};
+use coli_models::families::{classify, lookup, FamilyDescriptor, TensorClass};
 use serde::{Deserialize, Serialize};
 
 /// The sidecar's file name.
@@ -119,8 +120,8 @@ pub enum CacheOutcome {
     Uncached(String),
 }
 
-/// Errors of the scan: the model itself is unreadable or invalid.
-pub type Result<T> = std::result::Result<T, String>;
+/// Errors of the scan: the model itself is unreadable or invalid (said in one line).
+type Result<T> = std::result::Result<T, String>;
 
 #[derive(Serialize, Deserialize)]
 struct Sidecar {
@@ -160,7 +161,11 @@ fn signature(dir: &Path) -> Result<(Vec<PathBuf>, Vec<FileStamp>)> {
 }
 
 /// Analyzes `dir`, from the sidecar when it is valid for the current files.
-pub fn analyze(dir: &Path) -> Result<(Analysis, CacheOutcome)> {
+pub fn analyze(dir: &Path) -> crate::Result<(Analysis, CacheOutcome)> {
+    analyze_cached(dir).map_err(PlanError::Analysis)
+}
+
+fn analyze_cached(dir: &Path) -> Result<(Analysis, CacheOutcome)> {
     let path = dir.join(SIDECAR);
     if let Some(a) = quick_hit(dir, &path) {
         return Ok((a, CacheOutcome::Hit));
@@ -178,9 +183,9 @@ pub fn analyze(dir: &Path) -> Result<(Analysis, CacheOutcome)> {
 }
 
 /// A full scan, ignoring and not touching the sidecar.
-pub fn analyze_uncached(dir: &Path) -> Result<Analysis> {
-    let (shards, _) = signature(dir)?;
-    scan(dir, &shards)
+pub fn analyze_uncached(dir: &Path) -> crate::Result<Analysis> {
+    let (shards, _) = signature(dir).map_err(PlanError::Analysis)?;
+    scan(dir, &shards).map_err(PlanError::Analysis)
 }
 
 /// The hit path without reading the index: every file the sidecar's signature names still

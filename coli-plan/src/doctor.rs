@@ -72,7 +72,7 @@ pub fn run(dir: &Path, deep: bool, ram: Option<u64>) -> Vec<Check> {
     let family = config.as_ref().map(|c| {
         c.model_type()
             .map_err(|e| e.to_string())
-            .and_then(|t| coli_models::registry::lookup(t).map_err(|e| e.to_string()))
+            .and_then(|t| coli_models::families::lookup(t).map_err(|e| e.to_string()))
     });
     match &family {
         Some(Result::Ok(f)) => out.push(check(
@@ -121,7 +121,7 @@ pub fn run(dir: &Path, deep: bool, ram: Option<u64>) -> Vec<Check> {
     } else {
         None
     };
-    let budget = ram.or_else(coli_models::expert_store::available_memory);
+    let budget = ram.or_else(coli_models::experts::available_memory);
     match (&analysis, budget) {
         (Some(a), Some(b)) => {
             let resident = a.resident_bytes();
@@ -181,7 +181,7 @@ pub fn run(dir: &Path, deep: bool, ram: Option<u64>) -> Vec<Check> {
                 a.shards.len()
             ),
         )),
-        Err(e) => out.push(check("headers", Error, e)),
+        Err(e) => out.push(check("headers", Error, e.to_string())),
     }
     out.push(numbering(dir));
     out.push(index_agrees(dir));
@@ -364,5 +364,18 @@ fn index_agrees(dir: &Path) -> Check {
             Status::Error,
             format!("{} disagreement(s), first: {first}", problems.len()),
         ),
+    }
+}
+
+/// The worst status among `checks` (Ok when there are none).
+pub fn worst(checks: &[Check]) -> Status {
+    checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok)
+}
+
+/// `coli doctor`'s exit code: 0 when every check passed or only warned, 1 when one failed.
+pub fn exit_code(checks: &[Check]) -> u8 {
+    match worst(checks) {
+        Status::Ok | Status::Warning => 0,
+        Status::Error => 1,
     }
 }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::{analyze, Analysis};
+use crate::{PlanError, Result};
 
 /// Version of the `--json` schema.
 pub const PLAN_VERSION: u32 = 1;
@@ -120,52 +121,27 @@ pub struct Plan {
     pub notes: Vec<String>,
 }
 
-/// KV cache bytes per token (all layers), as coli allocates it (f32): GQA keys and values,
-/// or MLA's latent + rotary key, plus the DSA indexer's keys on its layers.
-pub fn kv_bytes_per_token(config: &coli_core::RawConfig) -> Result<u64, String> {
-    let v = &config.value;
-    let num = |k: &str| {
-        v.get(k)
-            .and_then(serde_json::Value::as_u64)
-            .map(|x| x as usize)
-    };
-    let need = |k: &str| num(k).ok_or_else(|| format!("config.json: key \"{k}\" missing"));
-    let layers = need("num_hidden_layers")?;
-    let per_layer = if let Some(rank) = num("kv_lora_rank") {
-        let mut w = rank + need("qk_rope_head_dim")?;
-        if let Some(ih) = num("index_head_dim") {
-            w += ih; // every layer is budgeted as running its own indexer (an upper bound)
-        }
-        w
-    } else {
-        let heads = need("num_attention_heads")?;
-        let kv = num("num_key_value_heads").unwrap_or(heads);
-        let hd = num("head_dim").unwrap_or(need("hidden_size")? / heads.max(1));
-        2 * kv * hd
-    };
-    Ok((layers * per_layer * 4) as u64)
+/// Memory a model needs besides its weights, as the family's blocks size it: the KV cache
+/// per position ([`coli_models::arch::KvCache::bytes_for`], the allocation's own formula)
+/// and one decode step's scratch at `ctx` positions. The model is opened (its tensors
+/// mapped and checked, nothing copied), so the planner never re-derives a shape from
+/// config keys.
+pub struct MemoryShape {
+    /// KV cache bytes per position, all layers.
+    pub kv_bytes_per_token: u64,
+    /// Scratch bytes of one decode step.
+    pub working_bytes: u64,
 }
 
-/// Scratch of one decode step at `ctx` positions (an upper bound of `Scratch`): logits,
-/// 64 rows of attention scores, and the per-token activation buffers.
-fn working_bytes(config: &coli_core::RawConfig, ctx: usize) -> Result<u64, String> {
-    let v = &config.value;
-    let num = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0) as usize;
-    let (vocab, hidden) = (num("vocab_size"), num("hidden_size"));
-    if vocab == 0 || hidden == 0 {
-        return Err("config.json: vocab_size and hidden_size are needed".into());
+impl MemoryShape {
+    /// The shape of the model in `dir` at a context of `ctx` positions.
+    pub fn of(dir: &Path, ctx: usize) -> Result<MemoryShape> {
+        let model = coli_models::load(dir)?;
+        Ok(MemoryShape {
+            kv_bytes_per_token: coli_models::arch::KvCache::bytes_for(&model, 1) as u64,
+            working_bytes: model.scratch_bytes(1, ctx, 1) as u64,
+        })
     }
-    let heads = num("num_attention_heads").max(1);
-    let wide = [
-        num("intermediate_size"),
-        num("moe_intermediate_size") * num("num_experts_per_tok").max(1),
-        heads * (num("kv_lora_rank") + num("qk_rope_head_dim") + num("v_head_dim")),
-        hidden * 4,
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or(0);
-    Ok(((vocab + 64 * ctx + 16 * hidden + 4 * wide) * 4) as u64)
 }
 
 fn probe_path() -> PathBuf {
@@ -310,23 +286,21 @@ pub fn probe(analysis_dir: &Path, a: &Analysis, remeasure: bool) -> Probe {
 }
 
 /// Builds the plan for `dir`.
-pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan, String> {
+pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan> {
     let (a, _) = analyze(dir)?;
-    let family = a.family().map_err(|e| e.to_string())?;
+    let family = a.family()?;
     let baseline = MEASURED_BASELINE
         .iter()
         .find(|(f, _)| *f == family.display_name)
         .map(|(_, b)| *b)
-        .ok_or_else(|| {
-            format!(
-                "{}: runtime reserves not measured yet for this family; no plan rather than a guess",
-                family.display_name
-            )
+        .ok_or(PlanError::NoBaseline {
+            family: family.display_name,
         })?;
-    let config = coli_core::RawConfig::read(&dir.join("config.json")).map_err(|e| e.to_string())?;
+    let config = coli_core::RawConfig::read(&dir.join("config.json"))?;
     let ctx = req.ctx.max(1);
-    let kv = kv_bytes_per_token(&config)? * ctx as u64 * req.kv_slots.max(1) as u64;
-    let working = working_bytes(&config, ctx)?;
+    let shape = MemoryShape::of(dir, ctx)?;
+    let kv = shape.kv_bytes_per_token * ctx as u64 * req.kv_slots.max(1) as u64;
+    let working = shape.working_bytes;
     let top_k = config
         .value
         .get("num_experts_per_tok")
@@ -344,8 +318,8 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan, Stri
     let resident = a.resident_bytes() + kv + working + reserve;
     let ram = req
         .ram
-        .or_else(coli_models::expert_store::available_memory)
-        .ok_or("available memory unknown; pass --ram")?;
+        .or_else(coli_models::experts::available_memory)
+        .ok_or(PlanError::UnknownMemory)?;
     let mut notes = Vec::new();
     let fits =
         resident <= ram && (moe_layers == 0 || ram - resident >= moe_layers as u64 * expert_bytes);
@@ -365,7 +339,7 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan, Stri
     let (hit, basis) = if moe_layers == 0 || cap >= experts_per_layer {
         (1.0, "all cached".to_string())
     } else {
-        let history = coli_models::usage::read(dir);
+        let history = coli_models::experts::usage::read(dir);
         if history.is_empty() {
             (
                 cap as f64 / experts_per_layer.max(1) as f64,

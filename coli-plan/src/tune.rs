@@ -8,9 +8,11 @@
 
 use std::path::{Path, PathBuf};
 
-use coli_models::expert_store::{CacheSize, Placement};
+use coli_models::experts::{CacheSize, Placement, Prefetch};
 use coli_models::{Sampler, SamplingParams, Session};
 use serde::{Deserialize, Serialize};
+
+use crate::{PlanError, Result};
 
 /// Profile format version.
 pub const PROFILE_VERSION: u32 = 1;
@@ -21,7 +23,7 @@ pub struct Settings {
     /// `--threads`.
     pub threads: usize,
     /// `--prefetch on|layer|off`.
-    pub prefetch: String,
+    pub prefetch: Prefetch,
     /// `--direct`.
     pub direct: bool,
     /// `--pin GB`: the cache split between pinned (historically hottest) and LRU experts.
@@ -81,16 +83,19 @@ fn cpu_model() -> String {
 }
 
 /// The fingerprint of (this CPU, this model's files, this engine).
-pub fn fingerprint(dir: &Path) -> Result<String, String> {
+pub fn fingerprint(dir: &Path) -> Result<String> {
     let mut parts = vec![cpu_model(), env!("CARGO_PKG_VERSION").to_string()];
     let mut files = vec![dir.join("config.json")];
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
         files.push(index);
     }
-    files.extend(coli_core::shard_paths(dir).map_err(|e| e.to_string())?);
+    files.extend(coli_core::shard_paths(dir)?);
     for f in files {
-        let m = std::fs::metadata(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let m = std::fs::metadata(&f).map_err(|source| PlanError::Io {
+            path: f.clone(),
+            source,
+        })?;
         use std::os::unix::fs::MetadataExt;
         parts.push(format!(
             "{} {} {}.{}",
@@ -127,26 +132,23 @@ fn trial(
     cache: CacheSize,
     prompt: &[u32],
     tokens: usize,
-) -> Result<(Vec<u32>, f64), String> {
+) -> Result<(Vec<u32>, f64)> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(s.threads)
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| PlanError::BadSetting(format!("{} threads: {e}", s.threads)))?;
     pool.install(|| {
-        let mut m = coli_models::load(dir).map_err(|e| e.to_string())?;
+        let mut m = coli_models::load(dir)?;
         let p = Placement {
             cache,
             direct: s.direct,
-            prefetch: s.prefetch != "off",
-            speculate: s.prefetch == "on",
+            prefetch: s.prefetch,
             pin_bytes: (s.pin_gb * 1e9) as u64,
         };
-        m.place_experts(dir, &p).map_err(|e| e.to_string())?;
+        m.place_experts(dir, &p)?;
         let mut session = Session::new(&m, prompt.len() + tokens);
         let mut sampler = Sampler::new(SamplingParams::default());
-        let g = session
-            .generate(prompt, tokens, &mut sampler, &[], |_| {})
-            .map_err(|e| e.to_string())?;
+        let g = session.generate(prompt, tokens, &mut sampler, &[], |_| {})?;
         let st = &g.stats;
         Ok((
             g.generated_ids,
@@ -178,18 +180,20 @@ pub fn tune(
     runs: usize,
     min_gain: f64,
     mut progress: impl FnMut(&str),
-) -> Result<(Profile, Vec<Trial>), String> {
+) -> Result<(Profile, Vec<Trial>)> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let baseline = Settings {
         threads: cores,
-        prefetch: "on".into(),
+        prefetch: Prefetch::On,
         direct: false,
         pin_gb: 0.0,
     };
     // Cache split: with a routing history, also try pinning the hottest experts in a
     // quarter or a half of the cache (the rest stays LRU).
     let mut pins = vec![0.0];
-    if let (CacheSize::Slots(cap), false) = (cache, coli_models::usage::read(dir).is_empty()) {
+    if let (CacheSize::Slots(cap), false) =
+        (cache, coli_models::experts::usage::read(dir).is_empty())
+    {
         if let Ok((a, _)) = crate::analyze(dir) {
             let cache_gb =
                 (cap as u64 * a.expert_layers.len() as u64 * a.max_expert_bytes) as f64 / 1e9;
@@ -198,12 +202,12 @@ pub fn tune(
     }
     let mut candidates = vec![baseline.clone()];
     for threads in [1, cores] {
-        for prefetch in ["on", "layer", "off"] {
+        for prefetch in Prefetch::ALL {
             for direct in [false, true] {
                 for &pin_gb in &pins {
                     let c = Settings {
                         threads,
-                        prefetch: prefetch.into(),
+                        prefetch,
                         direct,
                         pin_gb,
                     };
@@ -245,14 +249,15 @@ pub fn tune(
         tuned_tok_s: winner.tok_s,
     };
     let path = profile_dir().join(format!("{}.json", profile.fingerprint));
-    std::fs::create_dir_all(profile_dir())
-        .map_err(|e| format!("{}: {e}", profile_dir().display()))?;
-    let bytes = serde_json::to_vec_pretty(&profile).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(profile_dir()).map_err(|source| PlanError::Io {
+        path: profile_dir(),
+        source,
+    })?;
+    let bytes = serde_json::to_vec_pretty(&profile)?;
     coli_core::write::write_atomic(&path, |w| {
         use std::io::Write;
         w.write_all(&bytes)
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     Ok((profile, trials))
 }
 
@@ -264,7 +269,7 @@ mod tests {
         Trial {
             settings: Settings {
                 threads: 1,
-                prefetch: "on".into(),
+                prefetch: Prefetch::On,
                 direct: false,
                 pin_gb: 0.0,
             },

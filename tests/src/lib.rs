@@ -151,7 +151,7 @@ pub fn compare_logits(
 /// in-process, so under whatever build profile xtask was built with). Each returns a
 /// description of the first failure.
 pub mod checks {
-    use coli_models::decoder::PositionLoop;
+    use coli_models::arch::PositionLoop;
     use coli_models::{Sampler, SamplingParams, Session};
 
     use super::{compare_logits, floats, ids, Reference};
@@ -283,7 +283,7 @@ pub mod synthetic;
 pub mod placement {
     use std::path::Path;
 
-    use coli_models::expert_store::{CacheSize, Placement};
+    use coli_models::experts::{CacheSize, Placement, Prefetch};
     use coli_models::Session;
 
     fn bits(v: &[f32]) -> Vec<u32> {
@@ -327,9 +327,9 @@ pub mod placement {
             CacheSize::Slots(n_experts),
             CacheSize::Off,
         ] {
-            for prefetch in [true, false] {
+            for prefetch in Prefetch::ALL {
                 for direct in [false, true] {
-                    if cache == CacheSize::Off && (prefetch || direct) {
+                    if cache == CacheSize::Off && (prefetch != Prefetch::Off || direct) {
                         continue;
                     }
                     let mut m = coli_models::load(dir).map_err(|e| e.to_string())?;
@@ -337,7 +337,6 @@ pub mod placement {
                         cache,
                         direct,
                         prefetch,
-                        speculate: prefetch,
                         pin_bytes: 0,
                     };
                     m.place_experts(dir, &p).map_err(|e| e.to_string())?;

@@ -2,7 +2,7 @@
 //! what the converter writes today), lossless bf16, one read per expert, no overwrite.
 
 use coli_models::convert::{convert, ConvertOptions, Target};
-use coli_models::expert_store::{CacheSize, Placement};
+use coli_models::experts::{CacheSize, Placement};
 use coli_tests::{fixtures_dir, placement};
 
 fn opts(experts: Target, dense: Target) -> ConvertOptions {

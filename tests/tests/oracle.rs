@@ -97,7 +97,7 @@ fn resident_copy_and_file_mapping_give_identical_logits() {
     for name in TINY_FIXTURES {
         let r = Reference::load(name);
         let dir = coli_core::ModelDir::open(&r.dir).unwrap();
-        let family = coli_models::registry::lookup(dir.config.model_type().unwrap()).unwrap();
+        let family = coli_models::families::lookup(dir.config.model_type().unwrap()).unwrap();
         let mapped = (family.load)(&dir).unwrap();
         let resident = coli_models::load_dir(&dir).unwrap();
         let seq = r.ids();
@@ -144,7 +144,7 @@ fn dsa_with_full_selection_is_dense_attention_exactly() {
         let mut dense = coli_models::load(tmp.path()).unwrap();
         let mut stripped = 0;
         for l in &mut dense.layers {
-            if let coli_models::decoder::Mixer::Mla(m) = &mut l.attn {
+            if let coli_models::arch::Mixer::Mla(m) = &mut l.attn {
                 stripped += m.dsa.take().is_some() as usize;
             }
         }

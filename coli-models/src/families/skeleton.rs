@@ -6,7 +6,9 @@ use coli_core::{ModelDir, RopeParameters};
 use coli_kernels::rope::{RopeLayout, RopeTable};
 use serde::Deserialize;
 
-use crate::decoder::{load, Ffn, KvShape, Mixer, ModelInfo, Transformer};
+use crate::arch::layer::{embeddings, head_dim};
+use crate::arch::mla::MlaDims;
+use crate::arch::{Ffn, KvShape, Layer, Mixer, ModelInfo, Transformer};
 use crate::error::Result;
 use crate::weights::load_vector;
 
@@ -73,7 +75,7 @@ impl<'a> Skeleton<'a> {
     ) -> Result<Skeleton<'a>> {
         let c = common;
         let n_kv = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
-        let hd = load::head_dim(dir, c.hidden_size, c.num_attention_heads, n_kv, c.head_dim)?;
+        let hd = head_dim(dir, c.hidden_size, c.num_attention_heads, n_kv, c.head_dim)?;
         Self::with_kv(
             dir,
             family,
@@ -91,7 +93,7 @@ impl<'a> Skeleton<'a> {
         family: &'static str,
         common: &'a CommonConfig,
         defaults: Defaults,
-        dims: &load::MlaDims,
+        dims: &MlaDims,
     ) -> Result<Skeleton<'a>> {
         dims.validate(dir)?;
         let kv = KvShape::mla(dims.kv_lora_rank, dims.rope);
@@ -142,7 +144,7 @@ impl<'a> Skeleton<'a> {
         layer: impl Fn(usize, &str) -> Result<(Mixer, Ffn)>,
     ) -> Result<Transformer> {
         let (dir, h) = (self.dir, self.common.hidden_size);
-        let (embed_tokens, lm_head) = load::embeddings(
+        let (embed_tokens, lm_head) = embeddings(
             dir,
             "model.embed_tokens.weight",
             "lm_head.weight",
@@ -153,7 +155,7 @@ impl<'a> Skeleton<'a> {
             .map(|i| {
                 let p = format!("model.layers.{i}");
                 let (mixer, ffn) = layer(i, &p)?;
-                load::layer(dir, &p, h, mixer, ffn)
+                Layer::load(dir, &p, h, mixer, ffn)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Transformer {

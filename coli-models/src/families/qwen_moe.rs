@@ -8,10 +8,11 @@ use coli_core::ModelDir;
 use coli_kernels::rope::RopeLayout;
 use serde::Deserialize;
 
-use crate::decoder::{load, Ffn, Mixer, Moe, QkNorm, Routing, SharedExpert, Transformer};
+use crate::arch::moe::{check_top_k, load_experts};
+use crate::arch::{Attention, Ffn, Mixer, Mlp, Moe, QkNorm, Routing, SharedExpert, Transformer};
 use crate::error::Result;
-use crate::registry::{Capability, Family};
-use crate::skeleton::{CommonConfig, Defaults, Skeleton};
+use crate::families::skeleton::{CommonConfig, Defaults, Skeleton};
+use crate::families::{Capability, Family};
 use crate::weights::{load_vector, Linear};
 
 /// `config.json` of a Qwen2-MoE or Qwen3-MoE checkpoint (the keys coli reads).
@@ -23,7 +24,7 @@ pub struct QwenMoeConfig {
     /// Width of the dense MLP of `mlp_only_layers` / non-sparse layers.
     pub intermediate_size: usize,
     /// Every `decoder_sparse_step`-th layer is sparse.
-    #[serde(default = "one")]
+    #[serde(default = "crate::families::serde_defaults::one")]
     pub decoder_sparse_step: usize,
     /// Layers that keep a dense MLP.
     #[serde(default)]
@@ -51,10 +52,6 @@ pub struct QwenMoeConfig {
     pub use_sliding_window: bool,
 }
 
-fn one() -> usize {
-    1
-}
-
 /// `Qwen2MoeConfig` / `Qwen3MoeConfig` defaults in `transformers`.
 const DEFAULTS: Defaults = Defaults {
     rms_norm_eps: 1e-6,
@@ -75,7 +72,7 @@ impl Family for Qwen2Moe {
         Capability::Dense,
     ];
     fn load(dir: &ModelDir) -> Result<Transformer> {
-        load(dir, Variant::Qwen2)
+        load_variant(dir, Variant::Qwen2)
     }
 }
 
@@ -92,7 +89,7 @@ impl Family for Qwen3Moe {
         Capability::Dense,
     ];
     fn load(dir: &ModelDir) -> Result<Transformer> {
-        load(dir, Variant::Qwen3)
+        load_variant(dir, Variant::Qwen3)
     }
 }
 
@@ -102,7 +99,7 @@ enum Variant {
     Qwen3,
 }
 
-fn load(dir: &ModelDir, variant: Variant) -> Result<Transformer> {
+fn load_variant(dir: &ModelDir, variant: Variant) -> Result<Transformer> {
     let cfg: QwenMoeConfig = dir.config.deserialize()?;
     let c = &dir.config;
     if cfg.use_sliding_window {
@@ -116,7 +113,7 @@ fn load(dir: &ModelDir, variant: Variant) -> Result<Transformer> {
     if cfg.decoder_sparse_step == 0 {
         return Err(c.error("decoder_sparse_step", "must be positive").into());
     }
-    load::check_top_k(dir, "num_experts", cfg.num_experts, cfg.num_experts_per_tok)?;
+    check_top_k(dir, "num_experts", cfg.num_experts, cfg.num_experts_per_tok)?;
     let family = match variant {
         Variant::Qwen2 => Qwen2Moe::DISPLAY_NAME,
         Variant::Qwen3 => Qwen3Moe::DISPLAY_NAME,
@@ -128,7 +125,7 @@ fn load(dir: &ModelDir, variant: Variant) -> Result<Transformer> {
         Variant::Qwen3 => (cfg.attention_bias, cfg.attention_bias),
     };
     sk.assemble(info.head_dim, RopeLayout::HalfSplit, |i, p| {
-        let mut attn = load::attention(dir, &format!("{p}.self_attn"), &info, qkv_bias, o_bias)?;
+        let mut attn = Attention::load(dir, &format!("{p}.self_attn"), &info, qkv_bias, o_bias)?;
         if variant == Variant::Qwen3 {
             attn.qk_norm = QkNorm::PerHead {
                 q: load_vector(dir, &format!("{p}.self_attn.q_norm.weight"), info.head_dim)?,
@@ -138,7 +135,7 @@ fn load(dir: &ModelDir, variant: Variant) -> Result<Transformer> {
         let sparse =
             !cfg.mlp_only_layers.contains(&i) && (i + 1).is_multiple_of(cfg.decoder_sparse_step);
         let ffn = if !sparse {
-            Ffn::Dense(Box::new(load::swiglu(
+            Ffn::Dense(Box::new(Mlp::load_swiglu(
                 dir,
                 &format!("{p}.mlp"),
                 h,
@@ -152,7 +149,7 @@ fn load(dir: &ModelDir, variant: Variant) -> Result<Transformer> {
                         .shared_expert_intermediate_size
                         .ok_or_else(|| c.error("shared_expert_intermediate_size", "missing"))?;
                     Some(SharedExpert {
-                        mlp: load::swiglu(dir, &format!("{p}.mlp.shared_expert"), h, width)?,
+                        mlp: Mlp::load_swiglu(dir, &format!("{p}.mlp.shared_expert"), h, width)?,
                         gate: Some(Linear::load(
                             dir,
                             &format!("{p}.mlp.shared_expert_gate.weight"),
@@ -164,7 +161,7 @@ fn load(dir: &ModelDir, variant: Variant) -> Result<Transformer> {
             };
             Ffn::Moe(Box::new(Moe {
                 router: Linear::load(dir, &format!("{p}.mlp.gate.weight"), cfg.num_experts, h)?,
-                experts: load::experts(
+                experts: load_experts(
                     dir,
                     &format!("{p}.mlp.experts"),
                     cfg.num_experts,

@@ -6,10 +6,10 @@ use coli_core::ModelDir;
 use coli_kernels::rope::RopeLayout;
 use serde::Deserialize;
 
-use crate::decoder::{load, Ffn, Mixer, Transformer};
+use crate::arch::{Attention, Ffn, Mixer, Mlp, Transformer};
 use crate::error::Result;
-use crate::registry::{Capability, Family};
-use crate::skeleton::{CommonConfig, Defaults, Skeleton};
+use crate::families::skeleton::{CommonConfig, Defaults, Skeleton};
+use crate::families::{Capability, Family};
 
 /// `config.json` of a Llama checkpoint (the keys coli reads).
 #[derive(Clone, Debug, Deserialize)]
@@ -45,30 +45,26 @@ impl Family for Llama {
         Capability::Gqa,
         Capability::TiedEmbeddings,
     ];
+    /// Loads a Llama checkpoint.
     fn load(dir: &ModelDir) -> Result<Transformer> {
-        load(dir)
+        let cfg: LlamaConfig = dir.config.deserialize()?;
+        let sk = Skeleton::gqa(dir, Llama::DISPLAY_NAME, &cfg.common, DEFAULTS)?;
+        let (info, h) = (sk.info.clone(), cfg.common.hidden_size);
+        let bias = cfg.attention_bias;
+        sk.assemble(info.head_dim, RopeLayout::HalfSplit, |_, p| {
+            let attn = Attention::load(dir, &format!("{p}.self_attn"), &info, bias, bias)?;
+            let mlp = Mlp::load(
+                dir,
+                [
+                    &format!("{p}.mlp.gate_proj"),
+                    &format!("{p}.mlp.up_proj"),
+                    &format!("{p}.mlp.down_proj"),
+                ],
+                h,
+                cfg.intermediate_size,
+                cfg.mlp_bias,
+            )?;
+            Ok((Mixer::Gqa(Box::new(attn)), Ffn::Dense(Box::new(mlp))))
+        })
     }
-}
-
-/// Loads a Llama checkpoint.
-fn load(dir: &ModelDir) -> Result<Transformer> {
-    let cfg: LlamaConfig = dir.config.deserialize()?;
-    let sk = Skeleton::gqa(dir, Llama::DISPLAY_NAME, &cfg.common, DEFAULTS)?;
-    let (info, h) = (sk.info.clone(), cfg.common.hidden_size);
-    let bias = cfg.attention_bias;
-    sk.assemble(info.head_dim, RopeLayout::HalfSplit, |_, p| {
-        let attn = load::attention(dir, &format!("{p}.self_attn"), &info, bias, bias)?;
-        let mlp = load::mlp(
-            dir,
-            [
-                &format!("{p}.mlp.gate_proj"),
-                &format!("{p}.mlp.up_proj"),
-                &format!("{p}.mlp.down_proj"),
-            ],
-            h,
-            cfg.intermediate_size,
-            cfg.mlp_bias,
-        )?;
-        Ok((Mixer::Gqa(Box::new(attn)), Ffn::Dense(Box::new(mlp))))
-    })
 }

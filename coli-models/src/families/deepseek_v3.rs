@@ -10,11 +10,12 @@ use coli_core::ModelDir;
 use coli_kernels::rope::RopeLayout;
 use serde::Deserialize;
 
-use crate::decoder::load::{MlaConfig, SigmoidMoeConfig};
-use crate::decoder::{load, Mixer, Transformer};
+use crate::arch::mla::{self, Mla, MlaConfig};
+use crate::arch::moe::SigmoidMoeConfig;
+use crate::arch::{Ffn, Mixer, Transformer};
 use crate::error::Result;
-use crate::registry::{Capability, Family};
-use crate::skeleton::{CommonConfig, Defaults, Skeleton};
+use crate::families::skeleton::{CommonConfig, Defaults, Skeleton};
+use crate::families::{Capability, Family};
 
 /// `config.json` of a DeepSeek-V3 / Kimi-K2 checkpoint (the keys coli reads).
 #[derive(Clone, Debug, Deserialize)]
@@ -31,10 +32,10 @@ pub struct DeepseekV3Config {
     /// Width of the dense layers' MLP.
     pub intermediate_size: usize,
     /// Leading dense layers.
-    #[serde(default = "three")]
+    #[serde(default = "crate::families::serde_defaults::three")]
     pub first_k_dense_replace: usize,
     /// Rotary pairs are adjacent elements (`transformers` default true).
-    #[serde(default = "yes")]
+    #[serde(default = "crate::families::serde_defaults::yes")]
     pub rope_interleave: bool,
     /// Router scoring (only "sigmoid" exists in V3).
     #[serde(default)]
@@ -45,13 +46,6 @@ pub struct DeepseekV3Config {
     /// MoE every this many layers after the dense ones (V3: 1).
     #[serde(default)]
     pub moe_layer_freq: Option<usize>,
-}
-
-fn three() -> usize {
-    3
-}
-fn yes() -> bool {
-    true
 }
 
 /// `DeepseekV3Config`'s defaults in `transformers`.
@@ -75,62 +69,52 @@ impl Family for DeepseekV3 {
         Capability::Dense,
     ];
     fn load(dir: &ModelDir) -> Result<Transformer> {
-        load(dir)
-    }
-}
-
-/// `transformers`' DeepseekV3RMSNorm default, used by `q_a_layernorm` and `kv_a_layernorm`
-/// (they are built without the config's epsilon).
-pub const LOW_RANK_NORM_EPS: f32 = 1e-6;
-
-fn load(dir: &ModelDir) -> Result<Transformer> {
-    let cfg: DeepseekV3Config = dir.config.deserialize()?;
-    let c = &dir.config;
-    for (key, value, want) in [
-        ("scoring_func", &cfg.scoring_func, "sigmoid"),
-        ("topk_method", &cfg.topk_method, "noaux_tc"),
-    ] {
-        if let Some(v) = value.as_deref().filter(|v| *v != want) {
+        let cfg: DeepseekV3Config = dir.config.deserialize()?;
+        let c = &dir.config;
+        for (key, value, want) in [
+            ("scoring_func", &cfg.scoring_func, "sigmoid"),
+            ("topk_method", &cfg.topk_method, "noaux_tc"),
+        ] {
+            if let Some(v) = value.as_deref().filter(|v| *v != want) {
+                return Err(c
+                    .error(
+                        key,
+                        format!("\"{v}\" is not supported (expected \"{want}\")"),
+                    )
+                    .into());
+            }
+        }
+        if let Some(f) = cfg.moe_layer_freq.filter(|f| *f != 1) {
             return Err(c
                 .error(
-                    key,
-                    format!("\"{v}\" is not supported (expected \"{want}\")"),
+                    "moe_layer_freq",
+                    format!("{f} is not supported (expected 1)"),
                 )
                 .into());
         }
+        let dims = cfg.mla.dims(cfg.common.num_attention_heads);
+        let sk = Skeleton::mla(dir, DeepseekV3::DISPLAY_NAME, &cfg.common, DEFAULTS, &dims)?;
+        let scale = mla::softmax_scale(dims.nope + dims.rope, &sk.rope.scaling);
+        let h = cfg.common.hidden_size;
+        let layout = if cfg.rope_interleave {
+            RopeLayout::Interleaved
+        } else {
+            RopeLayout::HalfSplit
+        };
+        sk.assemble(dims.rope, layout, |i, p| {
+            let a = format!("{p}.self_attn");
+            let mla = Mla::load(dir, &a, &dims, h, cfg.mla.attention_bias, scale)?;
+            let sparse = i >= cfg.first_k_dense_replace;
+            let mlp = format!("{p}.mlp");
+            let ffn = Ffn::load_dense_or_sigmoid_moe(
+                dir,
+                &mlp,
+                h,
+                sparse,
+                cfg.intermediate_size,
+                &cfg.moe,
+            )?;
+            Ok((Mixer::Mla(Box::new(mla)), ffn))
+        })
     }
-    if let Some(f) = cfg.moe_layer_freq.filter(|f| *f != 1) {
-        return Err(c
-            .error(
-                "moe_layer_freq",
-                format!("{f} is not supported (expected 1)"),
-            )
-            .into());
-    }
-    let dims = cfg.mla.dims(cfg.common.num_attention_heads);
-    let sk = Skeleton::mla(dir, DeepseekV3::DISPLAY_NAME, &cfg.common, DEFAULTS, &dims)?;
-    let scale = load::mla_softmax_scale(dims.nope + dims.rope, &sk.rope.scaling);
-    let h = cfg.common.hidden_size;
-    let layout = if cfg.rope_interleave {
-        RopeLayout::Interleaved
-    } else {
-        RopeLayout::HalfSplit
-    };
-    sk.assemble(dims.rope, layout, |i, p| {
-        let a = format!("{p}.self_attn");
-        let mla = load::mla(
-            dir,
-            &a,
-            &dims,
-            h,
-            cfg.mla.attention_bias,
-            LOW_RANK_NORM_EPS,
-            scale,
-        )?;
-        let sparse = i >= cfg.first_k_dense_replace;
-        let mlp = format!("{p}.mlp");
-        let ffn =
-            load::dense_or_sigmoid_moe(dir, &mlp, h, sparse, cfg.intermediate_size, &cfg.moe)?;
-        Ok((Mixer::Mla(Box::new(mla)), ffn))
-    })
 }

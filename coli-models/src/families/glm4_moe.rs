@@ -8,11 +8,11 @@ use coli_core::ModelDir;
 use coli_kernels::rope::RopeLayout;
 use serde::Deserialize;
 
-use crate::decoder::load::SigmoidMoeConfig;
-use crate::decoder::{load, Mixer, QkNorm, Transformer};
+use crate::arch::moe::SigmoidMoeConfig;
+use crate::arch::{Attention, Ffn, Mixer, QkNorm, Transformer};
 use crate::error::Result;
-use crate::registry::{Capability, Family};
-use crate::skeleton::{CommonConfig, Defaults, Skeleton};
+use crate::families::skeleton::{CommonConfig, Defaults, Skeleton};
+use crate::families::{Capability, Family};
 use crate::weights::load_vector;
 
 /// `config.json` of a GLM-4.5-MoE checkpoint (the keys coli reads).
@@ -36,15 +36,12 @@ pub struct Glm4MoeConfig {
     #[serde(default)]
     pub use_qk_norm: bool,
     /// Leading dense layers.
-    #[serde(default = "one")]
+    #[serde(default = "crate::families::serde_defaults::one")]
     pub first_k_dense_replace: usize,
 }
 
 fn half() -> f64 {
     0.5
-}
-fn one() -> usize {
-    1
 }
 
 /// `Glm4MoeConfig`'s defaults in `transformers`.
@@ -69,40 +66,42 @@ impl Family for Glm4Moe {
         Capability::Dense,
     ];
     fn load(dir: &ModelDir) -> Result<Transformer> {
-        load(dir)
-    }
-}
-
-fn load(dir: &ModelDir) -> Result<Transformer> {
-    let cfg: Glm4MoeConfig = dir.config.deserialize()?;
-    let sk = Skeleton::gqa(dir, Glm4Moe::DISPLAY_NAME, &cfg.common, DEFAULTS)?;
-    let (info, h) = (sk.info.clone(), cfg.common.hidden_size);
-    let hd = info.head_dim;
-    // transformers: int(head_dim * partial_rotary_factor).
-    let f = cfg.partial_rotary_factor;
-    let rot = (hd as f64 * f) as usize;
-    if !(f > 0.0 && f <= 1.0) || rot == 0 || !rot.is_multiple_of(2) {
-        return Err(dir
-            .config
-            .error(
-                "partial_rotary_factor",
-                format!("{f} gives {rot} rotary dims of head_dim {hd}; need an even number in 2..=head_dim"),
-            )
-            .into());
-    }
-    let bias = cfg.attention_bias;
-    sk.assemble(rot, RopeLayout::HalfSplit, |i, p| {
-        let mut attn = load::attention(dir, &format!("{p}.self_attn"), &info, bias, false)?;
-        if cfg.use_qk_norm {
-            attn.qk_norm = QkNorm::PerHead {
-                q: load_vector(dir, &format!("{p}.self_attn.q_norm.weight"), hd)?,
-                k: load_vector(dir, &format!("{p}.self_attn.k_norm.weight"), hd)?,
-            };
+        let cfg: Glm4MoeConfig = dir.config.deserialize()?;
+        let sk = Skeleton::gqa(dir, Glm4Moe::DISPLAY_NAME, &cfg.common, DEFAULTS)?;
+        let (info, h) = (sk.info.clone(), cfg.common.hidden_size);
+        let hd = info.head_dim;
+        // transformers: int(head_dim * partial_rotary_factor).
+        let f = cfg.partial_rotary_factor;
+        let rot = (hd as f64 * f) as usize;
+        if !(f > 0.0 && f <= 1.0) || rot == 0 || !rot.is_multiple_of(2) {
+            return Err(dir
+                .config
+                .error(
+                    "partial_rotary_factor",
+                    format!("{f} gives {rot} rotary dims of head_dim {hd}; need an even number in 2..=head_dim"),
+                )
+                .into());
         }
-        let sparse = i >= cfg.first_k_dense_replace;
-        let mlp = format!("{p}.mlp");
-        let ffn =
-            load::dense_or_sigmoid_moe(dir, &mlp, h, sparse, cfg.intermediate_size, &cfg.moe)?;
-        Ok((Mixer::Gqa(Box::new(attn)), ffn))
-    })
+        let bias = cfg.attention_bias;
+        sk.assemble(rot, RopeLayout::HalfSplit, |i, p| {
+            let mut attn = Attention::load(dir, &format!("{p}.self_attn"), &info, bias, false)?;
+            if cfg.use_qk_norm {
+                attn.qk_norm = QkNorm::PerHead {
+                    q: load_vector(dir, &format!("{p}.self_attn.q_norm.weight"), hd)?,
+                    k: load_vector(dir, &format!("{p}.self_attn.k_norm.weight"), hd)?,
+                };
+            }
+            let sparse = i >= cfg.first_k_dense_replace;
+            let mlp = format!("{p}.mlp");
+            let ffn = Ffn::load_dense_or_sigmoid_moe(
+                dir,
+                &mlp,
+                h,
+                sparse,
+                cfg.intermediate_size,
+                &cfg.moe,
+            )?;
+            Ok((Mixer::Gqa(Box::new(attn)), ffn))
+        })
+    }
 }

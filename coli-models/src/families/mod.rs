@@ -1,10 +1,24 @@
-//! The family registry: one descriptor table, `model_type` aliases → loader.
+//! The families and their registry: one descriptor table, `model_type` aliases → loader.
+//! Each family file reads top to bottom like the `transformers` modeling file it mirrors:
+//! its config, its tensor names, and how its blocks (from [`crate::arch`]) assemble.
+//! To add a family: a file here with a unit struct implementing [`Family`], one line in
+//! [`FAMILIES`], and an oracle fixture from `oracle/generate.py`.
+
+pub mod deepseek_v3;
+pub mod glm4_moe;
+pub mod glm_moe_dsa;
+pub mod llama;
+pub mod mixtral;
+pub mod olmoe;
+pub mod qwen_moe;
+pub(crate) mod serde_defaults;
+pub mod skeleton;
 
 use std::path::Path;
 
 use coli_core::ModelDir;
 
-use crate::decoder::Transformer;
+use crate::arch::Transformer;
 use crate::error::{ModelError, Result};
 
 /// What a family can do (shown by `coli info`).
@@ -160,14 +174,14 @@ pub struct FamilyDescriptor {
 
 /// Every family coli implements.
 pub static FAMILIES: &[FamilyDescriptor] = &[
-    descriptor::<crate::llama::Llama>(),
-    descriptor::<crate::olmoe::Olmoe>(),
-    descriptor::<crate::qwen_moe::Qwen2Moe>(),
-    descriptor::<crate::qwen_moe::Qwen3Moe>(),
-    descriptor::<crate::mixtral::Mixtral>(),
-    descriptor::<crate::deepseek_v3::DeepseekV3>(),
-    descriptor::<crate::glm4_moe::Glm4Moe>(),
-    descriptor::<crate::glm_moe_dsa::GlmMoeDsa>(),
+    descriptor::<llama::Llama>(),
+    descriptor::<olmoe::Olmoe>(),
+    descriptor::<qwen_moe::Qwen2Moe>(),
+    descriptor::<qwen_moe::Qwen3Moe>(),
+    descriptor::<mixtral::Mixtral>(),
+    descriptor::<deepseek_v3::DeepseekV3>(),
+    descriptor::<glm4_moe::Glm4Moe>(),
+    descriptor::<glm_moe_dsa::GlmMoeDsa>(),
 ];
 
 /// All supported `model_type` spellings, comma-separated.

@@ -9,12 +9,12 @@ use coli_core::ModelDir;
 use coli_kernels::rope::RopeLayout;
 use serde::Deserialize;
 
-use crate::decoder::load::{MlaConfig, SigmoidMoeConfig};
-use crate::decoder::{load, Dsa, Indexer, Mixer, Transformer};
+use crate::arch::mla::{self, Mla, MlaConfig};
+use crate::arch::moe::SigmoidMoeConfig;
+use crate::arch::{Dsa, Ffn, Indexer, Mixer, Transformer};
 use crate::error::Result;
-use crate::registry::{Capability, Family};
-use crate::skeleton::{CommonConfig, Defaults, Skeleton};
-use crate::weights::{load_vector, Linear};
+use crate::families::skeleton::{CommonConfig, Defaults, Skeleton};
+use crate::families::{Capability, Family};
 
 /// `config.json` of a GLM-5 checkpoint (the keys coli reads).
 #[derive(Clone, Debug, Deserialize)]
@@ -31,7 +31,7 @@ pub struct GlmMoeDsaConfig {
     /// Width of the dense layers' MLP.
     pub intermediate_size: usize,
     /// Leading dense layers (when `mlp_layer_types` is absent).
-    #[serde(default = "three")]
+    #[serde(default = "crate::families::serde_defaults::three")]
     pub first_k_dense_replace: usize,
     /// Per layer "dense" or "sparse".
     #[serde(default)]
@@ -56,10 +56,6 @@ pub struct GlmMoeDsaConfig {
     pub index_skip_topk_offset: Option<usize>,
 }
 
-fn three() -> usize {
-    3
-}
-
 /// `GlmMoeDsaConfig`'s defaults in `transformers`.
 const DEFAULTS: Defaults = Defaults {
     rms_norm_eps: 1e-5,
@@ -82,7 +78,89 @@ impl Family for GlmMoeDsa {
         Capability::Dense,
     ];
     fn load(dir: &ModelDir) -> Result<Transformer> {
-        load(dir)
+        let cfg: GlmMoeDsaConfig = dir.config.deserialize()?;
+        let c = &dir.config;
+        let n_layers = cfg.common.num_hidden_layers;
+        let q_lora_rank = cfg.mla.q_lora_rank.ok_or_else(|| {
+            c.error(
+                "q_lora_rank",
+                "GLM-5's indexer needs a low-rank query; found null",
+            )
+        })?;
+        let dims = cfg.mla.dims(cfg.common.num_attention_heads);
+        if cfg.index_topk == 0 {
+            return Err(c.error("index_topk", "must be positive").into());
+        }
+        if cfg.index_n_heads == 0 {
+            return Err(c.error("index_n_heads", "must be positive").into());
+        }
+        if cfg.index_head_dim < dims.rope {
+            return Err(c
+                .error(
+                    "index_head_dim",
+                    format!(
+                        "{} is smaller than qk_rope_head_dim = {}",
+                        cfg.index_head_dim, dims.rope
+                    ),
+                )
+                .into());
+        }
+        let full = indexer_types(&cfg, dir)?;
+        let sparse: Vec<bool> = match &cfg.mlp_layer_types {
+            Some(types) => {
+                let v = types
+                    .iter()
+                    .map(|t| match t.as_str() {
+                        "dense" => Ok(false),
+                        "sparse" => Ok(true),
+                        other => Err(c.error(
+                            "mlp_layer_types",
+                            format!("unknown entry \"{other}\" (expected \"dense\" or \"sparse\")"),
+                        )),
+                    })
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                if v.len() != n_layers {
+                    return Err(c
+                        .error(
+                            "mlp_layer_types",
+                            format!("{} entries for num_hidden_layers = {n_layers}", v.len()),
+                        )
+                        .into());
+                }
+                v
+            }
+            None => (0..n_layers)
+                .map(|i| i >= cfg.first_k_dense_replace)
+                .collect(),
+        };
+        let sk = Skeleton::mla(dir, GlmMoeDsa::DISPLAY_NAME, &cfg.common, DEFAULTS, &dims)?;
+        let scale = mla::softmax_scale(dims.nope + dims.rope, &sk.rope.scaling);
+        let h = cfg.common.hidden_size;
+        let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
+        sk.assemble(dims.rope, RopeLayout::Interleaved, |i, p| {
+            let a = format!("{p}.self_attn");
+            let mut mla = Mla::load(dir, &a, &dims, h, cfg.mla.attention_bias, scale)?;
+            let indexer = if full[i] {
+                let x = format!("{a}.indexer");
+                Some(Indexer::load(dir, &x, ih, id, q_lora_rank, h)?)
+            } else {
+                None
+            };
+            mla.dsa = Some(Dsa {
+                indexer,
+                top_k: cfg.index_topk,
+            });
+            let mlp = format!("{p}.mlp");
+            let ffn = Ffn::load_dense_or_sigmoid_moe(
+                dir,
+                &mlp,
+                h,
+                sparse[i],
+                cfg.intermediate_size,
+                &cfg.moe,
+            )?;
+            Ok((Mixer::Mla(Box::new(mla)), ffn))
+        })
     }
 }
 
@@ -137,93 +215,4 @@ fn indexer_types(cfg: &GlmMoeDsaConfig, dir: &ModelDir) -> Result<Vec<bool>> {
             .into());
     }
     Ok(full)
-}
-
-fn load(dir: &ModelDir) -> Result<Transformer> {
-    let cfg: GlmMoeDsaConfig = dir.config.deserialize()?;
-    let c = &dir.config;
-    let n_layers = cfg.common.num_hidden_layers;
-    let q_lora_rank = cfg.mla.q_lora_rank.ok_or_else(|| {
-        c.error(
-            "q_lora_rank",
-            "GLM-5's indexer needs a low-rank query; found null",
-        )
-    })?;
-    let dims = cfg.mla.dims(cfg.common.num_attention_heads);
-    if cfg.index_topk == 0 {
-        return Err(c.error("index_topk", "must be positive").into());
-    }
-    if cfg.index_n_heads == 0 {
-        return Err(c.error("index_n_heads", "must be positive").into());
-    }
-    if cfg.index_head_dim < dims.rope {
-        return Err(c
-            .error(
-                "index_head_dim",
-                format!(
-                    "{} is smaller than qk_rope_head_dim = {}",
-                    cfg.index_head_dim, dims.rope
-                ),
-            )
-            .into());
-    }
-    let full = indexer_types(&cfg, dir)?;
-    let sparse: Vec<bool> = match &cfg.mlp_layer_types {
-        Some(types) => {
-            let v = types
-                .iter()
-                .map(|t| match t.as_str() {
-                    "dense" => Ok(false),
-                    "sparse" => Ok(true),
-                    other => Err(c.error(
-                        "mlp_layer_types",
-                        format!("unknown entry \"{other}\" (expected \"dense\" or \"sparse\")"),
-                    )),
-                })
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            if v.len() != n_layers {
-                return Err(c
-                    .error(
-                        "mlp_layer_types",
-                        format!("{} entries for num_hidden_layers = {n_layers}", v.len()),
-                    )
-                    .into());
-            }
-            v
-        }
-        None => (0..n_layers)
-            .map(|i| i >= cfg.first_k_dense_replace)
-            .collect(),
-    };
-    let sk = Skeleton::mla(dir, GlmMoeDsa::DISPLAY_NAME, &cfg.common, DEFAULTS, &dims)?;
-    let scale = load::mla_softmax_scale(dims.nope + dims.rope, &sk.rope.scaling);
-    let h = cfg.common.hidden_size;
-    let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
-    sk.assemble(dims.rope, RopeLayout::Interleaved, |i, p| {
-        let a = format!("{p}.self_attn");
-        let eps = crate::deepseek_v3::LOW_RANK_NORM_EPS;
-        let mut mla = load::mla(dir, &a, &dims, h, cfg.mla.attention_bias, eps, scale)?;
-        let indexer = if full[i] {
-            let x = format!("{a}.indexer");
-            Some(Indexer {
-                wq_b: Linear::load(dir, &format!("{x}.wq_b.weight"), ih * id, q_lora_rank)?,
-                wk: Linear::load(dir, &format!("{x}.wk.weight"), id, h)?,
-                k_norm_weight: load_vector(dir, &format!("{x}.k_norm.weight"), id)?,
-                k_norm_bias: load_vector(dir, &format!("{x}.k_norm.bias"), id)?,
-                weights_proj: Linear::load(dir, &format!("{x}.weights_proj.weight"), ih, h)?,
-                n_heads: ih,
-                head_dim: id,
-            })
-        } else {
-            None
-        };
-        mla.dsa = Some(Dsa {
-            indexer,
-            top_k: cfg.index_topk,
-        });
-        let mlp = format!("{p}.mlp");
-        let ffn =
-            load::dense_or_sigmoid_moe(dir, &mlp, h, sparse[i], cfg.intermediate_size, &cfg.moe)?;
-        Ok((Mixer::Mla(Box::new(mla)), ffn))
-    })
 }

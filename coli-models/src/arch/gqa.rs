@@ -1,0 +1,206 @@
+//! Grouped-query attention (Llama, OLMoE, Qwen-MoE, Mixtral, GLM-4.5): q/k/v projections,
+//! optional q/k RMSNorm and clipping, RoPE, a per-head KV cache, causal softmax attention.
+
+use coli_core::ModelDir;
+use coli_kernels::attention::{attend, KvView};
+use rayon::prelude::*;
+
+use super::scratch::grow;
+use super::ATTENTION_TASKS;
+use super::{norm_rows_inplace, rope_position, KvCache, ModelInfo, PositionLoop, Scratch, Step};
+use crate::error::Result;
+use crate::weights::Linear;
+
+/// How q and k are normalised before RoPE.
+#[derive(Clone, Debug)]
+pub enum QkNorm {
+    /// No normalisation (Llama).
+    None,
+    /// RMSNorm over the whole q / k projection (OLMoE).
+    FullProjection {
+        /// Weight of length `n_heads * head_dim`.
+        q: Vec<f32>,
+        /// Weight of length `n_kv_heads * head_dim`.
+        k: Vec<f32>,
+    },
+    /// RMSNorm of each head separately, one weight shared by the heads (Qwen3, GLM-4.5).
+    PerHead {
+        /// Weight of length `head_dim`.
+        q: Vec<f32>,
+        /// Weight of length `head_dim`.
+        k: Vec<f32>,
+    },
+}
+
+/// Grouped-query attention.
+#[derive(Clone, Debug)]
+pub struct Attention {
+    /// Query projection `[n_heads * head_dim, hidden]`.
+    pub q_proj: Linear,
+    /// Key projection `[n_kv_heads * head_dim, hidden]`.
+    pub k_proj: Linear,
+    /// Value projection.
+    pub v_proj: Linear,
+    /// Output projection `[hidden, n_heads * head_dim]`.
+    pub o_proj: Linear,
+    /// q/k normalisation.
+    pub qk_norm: QkNorm,
+    /// Clamp q, k and v to ±this (OLMoE's `clip_qkv`).
+    pub clip_qkv: Option<f32>,
+}
+
+/// One position's q, k, v rows and its KV cache rows, as the position loop hands them out.
+type PositionItem<'a> = (
+    usize,
+    (
+        ((&'a mut [f32], &'a mut [f32]), &'a [f32]),
+        (&'a mut [f32], &'a mut [f32]),
+    ),
+);
+
+impl Attention {
+    /// `{prefix}.{q,k,v,o}_proj`, with biases on q/k/v if `qkv_bias` and on o if `o_bias`.
+    pub fn load(
+        dir: &ModelDir,
+        prefix: &str,
+        info: &ModelInfo,
+        qkv_bias: bool,
+        o_bias: bool,
+    ) -> Result<Attention> {
+        let (h, qd, kvd) = (
+            info.hidden_size,
+            info.n_heads * info.head_dim,
+            info.n_kv_heads * info.head_dim,
+        );
+        let w = |name: &str, rows: usize, cols: usize, bias: bool| {
+            Linear::load_prefixed(dir, &format!("{prefix}.{name}"), rows, cols, bias)
+        };
+        Ok(Attention {
+            q_proj: w("q_proj", qd, h, qkv_bias)?,
+            k_proj: w("k_proj", kvd, h, qkv_bias)?,
+            v_proj: w("v_proj", kvd, h, qkv_bias)?,
+            o_proj: w("o_proj", h, qd, o_bias)?,
+            qk_norm: QkNorm::None,
+            clip_qkv: None,
+        })
+    }
+
+    /// Sizes the shared q/k/v/attention rows for `n` tokens.
+    pub(crate) fn reserve(&self, info: &ModelInfo, s: &mut Scratch, n: usize) {
+        let (qd, kvd) = (
+            info.n_heads * info.head_dim,
+            info.n_kv_heads * info.head_dim,
+        );
+        grow(&mut s.q, n * qd);
+        grow(&mut s.k, n * kvd);
+        grow(&mut s.v, n * kvd);
+        grow(&mut s.attn, n * qd);
+    }
+
+    /// Attention of the step's tokens: leaves the projected output in `s.proj`.
+    pub(crate) fn forward(&self, st: &Step, kv: &mut KvCache, s: &mut Scratch) {
+        self.project(st, s);
+        self.rotate_and_store(st, kv, s);
+        self.attend(st, kv, s);
+        let (n, h, qd) = (st.n, st.model.info.hidden_size, self.q_width(st));
+        self.o_proj
+            .forward(&s.attn[..n * qd], n, &mut s.proj[..n * h]);
+    }
+
+    fn q_width(&self, st: &Step) -> usize {
+        st.model.info.n_heads * st.model.info.head_dim
+    }
+
+    fn kv_width(&self, st: &Step) -> usize {
+        st.model.info.n_kv_heads * st.model.info.head_dim
+    }
+
+    /// q, k, v projections, then the q/k norm and clipping.
+    fn project(&self, st: &Step, s: &mut Scratch) {
+        let (n, h) = (st.n, st.model.info.hidden_size);
+        let (qd, kvd) = (self.q_width(st), self.kv_width(st));
+        Linear::forward_group(
+            [&self.q_proj, &self.k_proj, &self.v_proj],
+            &s.xn[..n * h],
+            n,
+            [&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]],
+        );
+        // Full-projection weights span a whole row; per-head weights repeat every head_dim.
+        if let QkNorm::FullProjection { q, k } | QkNorm::PerHead { q, k } = &self.qk_norm {
+            let eps = st.model.rms_norm_eps;
+            norm_rows_inplace(&mut s.q[..n * qd], q, eps);
+            norm_rows_inplace(&mut s.k[..n * kvd], k, eps);
+        }
+        if let Some(c) = self.clip_qkv {
+            for buf in [&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]] {
+                for x in buf.iter_mut() {
+                    *x = x.clamp(-c, c);
+                }
+            }
+        }
+    }
+
+    /// RoPE on q and k, then the KV writes, per position.
+    fn rotate_and_store(&self, st: &Step, kv: &mut KvCache, s: &mut Scratch) {
+        let (n, start, li) = (st.n, st.start, st.layer);
+        let (qd, kvd, hd) = (self.q_width(st), self.kv_width(st), st.model.info.head_dim);
+        let (rope, layout) = (&st.model.rope, st.model.rope_layout);
+        let kc = &mut kv.keys[li][start * kvd..(start + n) * kvd];
+        let vc = &mut kv.values[li][start * kvd..(start + n) * kvd];
+        let work = |(t, (((q, k), v), (kc, vc))): PositionItem| {
+            rope_position(rope, layout, start + t, hd, q, k);
+            kc.copy_from_slice(k);
+            vc.copy_from_slice(v);
+        };
+        match st.positions {
+            PositionLoop::Serial => s.q[..n * qd]
+                .chunks_mut(qd)
+                .zip(s.k[..n * kvd].chunks_mut(kvd))
+                .zip(s.v[..n * kvd].chunks(kvd))
+                .zip(kc.chunks_mut(kvd).zip(vc.chunks_mut(kvd)))
+                .enumerate()
+                .for_each(work),
+            PositionLoop::Parallel => s.q[..n * qd]
+                .par_chunks_mut(qd)
+                .zip(s.k[..n * kvd].par_chunks_mut(kvd))
+                .zip(s.v[..n * kvd].par_chunks(kvd))
+                .zip(kc.par_chunks_mut(kvd).zip(vc.par_chunks_mut(kvd)))
+                .enumerate()
+                .for_each(work),
+        }
+    }
+
+    /// Causal attention over the (position, head) items, split into at most
+    /// ATTENTION_TASKS contiguous groups; each group reuses one row of scores.
+    fn attend(&self, st: &Step, kv: &KvCache, s: &mut Scratch) {
+        let info = &st.model.info;
+        let (n, start, ctx) = (st.n, st.start, st.ctx());
+        let (hd, nh, nkv) = (info.head_dim, info.n_heads, info.n_kv_heads);
+        let (qd, kvd) = (nh * hd, nkv * hd);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let (keys, values) = (&kv.keys[st.layer][..], &kv.values[st.layer][..]);
+        let group = nh / nkv;
+        let q = &s.q[..n * qd];
+        let items = n * nh;
+        let per_task = items.div_ceil(ATTENTION_TASKS.min(items));
+        s.attn[..n * qd]
+            .par_chunks_mut(per_task * hd)
+            .zip(s.scores[..items.div_ceil(per_task) * ctx].par_chunks_mut(ctx))
+            .enumerate()
+            .for_each(|(task, (outs, scores))| {
+                for (j, out) in outs.chunks_mut(hd).enumerate() {
+                    let i = task * per_task + j;
+                    let (t, head) = (i / nh, i % nh);
+                    let view = KvView {
+                        keys,
+                        values,
+                        stride: kvd,
+                        offset: (head / group) * hd,
+                        head_dim: hd,
+                    };
+                    let q = &q[t * qd + head * hd..][..hd];
+                    attend(q, view, start + t + 1, scale, scores, out);
+                }
+            });
+    }
+}

@@ -1,0 +1,105 @@
+//! The pre-norm decoder layer (`x += mixer(norm(x)); x += ffn(norm(x))`), and the pieces
+//! every family loads the same way: head-count checks, embeddings and LM head.
+
+use coli_core::ModelDir;
+
+use super::{Attention, Mla, Mlp, ModelInfo, Moe, MAX_ROT_HALF};
+use crate::error::Result;
+use crate::weights::{load_vector, Linear};
+
+/// The token mixer of a layer.
+#[derive(Clone, Debug)]
+pub enum Mixer {
+    /// Grouped-query attention over a per-head KV cache.
+    Gqa(Box<Attention>),
+    /// Multi-head latent attention over a compressed cache.
+    Mla(Box<Mla>),
+}
+
+/// The feed-forward part of a layer.
+#[derive(Clone, Debug)]
+pub enum Ffn {
+    /// Dense SwiGLU.
+    Dense(Box<Mlp>),
+    /// Mixture of experts.
+    Moe(Box<Moe>),
+}
+
+/// One pre-norm decoder layer.
+#[derive(Clone, Debug)]
+pub struct Layer {
+    /// RMSNorm before attention.
+    pub input_layernorm: Vec<f32>,
+    /// Attention.
+    pub attn: Mixer,
+    /// RMSNorm before the feed-forward block.
+    pub post_attention_layernorm: Vec<f32>,
+    /// Feed-forward block.
+    pub ffn: Ffn,
+}
+
+impl Layer {
+    /// The layer `{p}` around its mixer and feed-forward block (loads the two norms).
+    pub fn load(dir: &ModelDir, p: &str, hidden: usize, attn: Mixer, ffn: Ffn) -> Result<Layer> {
+        let norm = |name: &str| load_vector(dir, &format!("{p}.{name}.weight"), hidden);
+        Ok(Layer {
+            input_layernorm: norm("input_layernorm")?,
+            attn,
+            post_attention_layernorm: norm("post_attention_layernorm")?,
+            ffn,
+        })
+    }
+}
+
+/// Checks head counts against each other and returns `head_dim` (explicit, or
+/// `hidden / n_heads`): even, positive and within what RoPE rotates. Errors name the key.
+pub fn head_dim(
+    dir: &ModelDir,
+    hidden: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    explicit: Option<usize>,
+) -> Result<usize> {
+    let c = &dir.config;
+    if n_heads == 0 {
+        return Err(c.error("num_attention_heads", "must be positive").into());
+    }
+    if n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
+        return Err(c
+            .error(
+                "num_key_value_heads",
+                format!("{n_kv_heads} must be positive and divide num_attention_heads = {n_heads}"),
+            )
+            .into());
+    }
+    let hd = explicit.unwrap_or(hidden / n_heads);
+    if hd == 0 || !hd.is_multiple_of(2) || hd > 2 * MAX_ROT_HALF {
+        return Err(c
+            .error(
+                "head_dim",
+                format!(
+                    "{hd} must be even, positive and at most {}",
+                    2 * MAX_ROT_HALF
+                ),
+            )
+            .into());
+    }
+    Ok(hd)
+}
+
+/// The embedding and the LM head (tied: the head reads the embedding's bytes).
+pub fn embeddings(
+    dir: &ModelDir,
+    embed: &str,
+    head: &str,
+    info: &ModelInfo,
+    tied: bool,
+) -> Result<(Linear, Linear)> {
+    let e = Linear::load(dir, embed, info.vocab_size, info.hidden_size)?;
+    let head = if tied && !dir.has(head) {
+        e.clone()
+    } else {
+        Linear::load(dir, head, info.vocab_size, info.hidden_size)?
+    };
+    Ok((e, head))
+}

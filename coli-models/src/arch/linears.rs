@@ -1,0 +1,106 @@
+//! Every weight matrix of a model with its role: what conversion and placement walk.
+
+use super::{Ffn, Mixer, MlaQuery, Transformer};
+use crate::weights::Linear;
+
+/// What a weight matrix is for (conversion and placement treat them differently).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinearRole {
+    /// Token embeddings.
+    Embedding,
+    /// The output head.
+    Head,
+    /// A router or a shared-expert gate (kept at source precision: routing must not move).
+    Router,
+    /// Attention, dense MLP, shared experts, DSA indexer.
+    Dense,
+    /// A routed expert's matrix.
+    Expert {
+        /// Decoder layer.
+        layer: usize,
+        /// Expert index.
+        expert: usize,
+    },
+}
+
+impl Transformer {
+    /// Every weight matrix with its role, in a fixed order.
+    pub fn linears_mut(&mut self) -> Vec<(LinearRole, &mut Linear)> {
+        use LinearRole::*;
+        let mut v: Vec<(LinearRole, &mut Linear)> = vec![
+            (Embedding, &mut self.embed_tokens),
+            (Head, &mut self.lm_head),
+        ];
+        for (li, l) in self.layers.iter_mut().enumerate() {
+            match &mut l.attn {
+                Mixer::Gqa(a) => v.extend(
+                    [&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj]
+                        .map(|x| (Dense, x)),
+                ),
+                Mixer::Mla(m) => {
+                    match &mut m.q {
+                        MlaQuery::Direct(q) => v.push((Dense, q)),
+                        MlaQuery::LowRank { a, b, .. } => v.extend([(Dense, a), (Dense, b)]),
+                    }
+                    v.extend([&mut m.kv_a, &mut m.kv_b, &mut m.o_proj].map(|x| (Dense, x)));
+                    if let Some(ind) = m.dsa.as_mut().and_then(|d| d.indexer.as_mut()) {
+                        v.extend(
+                            [&mut ind.wq_b, &mut ind.wk, &mut ind.weights_proj].map(|x| (Dense, x)),
+                        );
+                    }
+                }
+            }
+            match &mut l.ffn {
+                Ffn::Dense(m) => v.extend(
+                    [&mut m.gate_proj, &mut m.up_proj, &mut m.down_proj].map(|x| (Dense, x)),
+                ),
+                Ffn::Moe(moe) => {
+                    v.push((Router, &mut moe.router));
+                    if let Some(sh) = &mut moe.shared {
+                        let m = &mut sh.mlp;
+                        v.extend(
+                            [&mut m.gate_proj, &mut m.up_proj, &mut m.down_proj]
+                                .map(|x| (Dense, x)),
+                        );
+                        if let Some(g) = &mut sh.gate {
+                            v.push((Router, g));
+                        }
+                    }
+                    for (e, m) in moe.experts.iter_mut().enumerate() {
+                        let role = Expert {
+                            layer: li,
+                            expert: e,
+                        };
+                        v.extend(
+                            [&mut m.gate_proj, &mut m.up_proj, &mut m.down_proj].map(|x| (role, x)),
+                        );
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// Copies the dense weights into resident anonymous memory (huge pages where granted).
+    /// Same bytes, same results; only the memory they are read from changes. Routed experts
+    /// stay where they are: placing them is the expert store's job, not a blanket copy.
+    pub fn make_resident(&mut self) -> crate::error::Result<()> {
+        self.copy_resident(false)
+    }
+
+    /// Copies the routed experts (`experts`) or every other matrix into resident memory.
+    pub(crate) fn copy_resident(&mut self, experts: bool) -> crate::error::Result<()> {
+        let mut linears: Vec<&mut Linear> = self
+            .linears_mut()
+            .into_iter()
+            .filter(|(r, _)| matches!(r, LinearRole::Expert { .. }) == experts)
+            .map(|(_, l)| l)
+            .collect();
+        let views: Vec<coli_core::TensorView> = linears.iter().map(|l| l.view().clone()).collect();
+        let resident = coli_core::make_resident(&views.iter().collect::<Vec<_>>())?;
+        for (l, v) in linears.iter_mut().zip(resident) {
+            l.set_view(v);
+        }
+        Ok(())
+    }
+}

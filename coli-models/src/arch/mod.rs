@@ -1,0 +1,244 @@
+//! The decoder-only transformer the families assemble, one file per block: each holds
+//! its struct, its loader and its forward. The forward loop itself is here, in one place.
+//!
+//! * [`gqa`]: grouped-query attention (optional q/k norm, clipping).
+//! * [`mla`]: multi-head latent attention over a compressed cache.
+//! * [`dsa`]: DeepSeek sparse attention's lightning indexer (GLM-5).
+//! * [`mlp`]: the SwiGLU MLP.
+//! * [`moe`]: routed mixture of experts (softmax or grouped-sigmoid routing, shared expert).
+//! * [`kv`]: the KV cache and its shape; [`scratch`]: the reusable buffers.
+//! * [`layer`]: the pre-norm layer, the embeddings and the shape checks every family shares.
+//!
+//! One forward pass handles any number of tokens: prefill is the same code as decode
+//! with more rows, and every per-token result is computed in the same order either way,
+//! so a prompt fed in one batch and one token at a time give identical bits.
+
+pub mod dsa;
+pub mod gqa;
+pub mod kv;
+pub mod layer;
+mod linears;
+pub mod mla;
+pub mod mlp;
+pub mod moe;
+pub mod placement;
+pub mod scratch;
+
+use coli_kernels::norm::rms_norm;
+use coli_kernels::rope::{apply as apply_rope, RopeLayout, RopeTable};
+
+pub use self::dsa::{Dsa, Indexer};
+pub use self::gqa::{Attention, QkNorm};
+pub use self::kv::{KvCache, KvShape};
+pub use self::layer::{Ffn, Layer, Mixer};
+pub use self::linears::LinearRole;
+pub use self::mla::{Mla, MlaQuery};
+pub use self::mlp::Mlp;
+pub use self::moe::{Moe, Routing, SharedExpert};
+pub use self::scratch::Scratch;
+use crate::experts::ExpertStore;
+use crate::weights::Linear;
+
+/// Shape facts every caller needs.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    /// The family's display name.
+    pub family: &'static str,
+    /// `model_type` as written in config.json.
+    pub model_type: String,
+    /// Vocabulary size (rows of the embedding and the LM head).
+    pub vocab_size: usize,
+    /// Residual width.
+    pub hidden_size: usize,
+    /// Decoder layers.
+    pub n_layers: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads.
+    pub n_kv_heads: usize,
+    /// Dimension per head.
+    pub head_dim: usize,
+    /// Context length the model was trained for.
+    pub max_position_embeddings: usize,
+    /// End-of-sequence ids from config.json.
+    pub eos_token_ids: Vec<u32>,
+    /// What the KV cache stores per position and layer.
+    pub kv: KvShape,
+}
+
+/// A whole decoder-only model.
+#[derive(Debug)]
+pub struct Transformer {
+    /// Shape facts.
+    pub info: ModelInfo,
+    /// Token embeddings `[vocab, hidden]`.
+    pub embed_tokens: Linear,
+    /// Layers.
+    pub layers: Vec<Layer>,
+    /// Final RMSNorm.
+    pub norm: Vec<f32>,
+    /// Output head `[vocab, hidden]` (may share the embedding's bytes).
+    pub lm_head: Linear,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f32,
+    /// RoPE frequency table, computed once.
+    pub rope: RopeTable,
+    /// RoPE pair layout.
+    pub rope_layout: RopeLayout,
+    /// Where routed experts come from when they are streamed (None: read in place).
+    pub store: Option<ExpertStore>,
+}
+
+/// Whether a forward should produce logits for every position or only the last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitsFor {
+    /// Only the last position (generation).
+    Last,
+    /// Every position (teacher-forced evaluation).
+    All,
+}
+
+/// Serial or parallel per-position RoPE + KV writes (they give the same bits; tested).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PositionLoop {
+    /// Positions in parallel on the rayon pool.
+    Parallel,
+    /// One position after another.
+    Serial,
+}
+
+/// Largest half rotary dimension a block may rotate (stack buffers of cos/sin).
+pub(crate) const MAX_ROT_HALF: usize = 512;
+
+/// Most parallel attention tasks per layer: bounds the score scratch to this many rows of
+/// the context, whatever the prompt length.
+pub(crate) const ATTENTION_TASKS: usize = 64;
+
+/// What a block's forward needs to know about the step besides its own weights.
+#[derive(Clone, Copy)]
+pub struct Step<'a> {
+    /// The model (its shapes, RoPE table, norm epsilon, expert store).
+    pub model: &'a Transformer,
+    /// Decoder layer index.
+    pub layer: usize,
+    /// Tokens in this forward.
+    pub n: usize,
+    /// Position of the first of them.
+    pub start: usize,
+    /// Serial or parallel per-position work.
+    pub positions: PositionLoop,
+}
+
+impl Step<'_> {
+    /// Positions visible to the last token of the step.
+    pub fn ctx(&self) -> usize {
+        self.start + self.n
+    }
+}
+
+impl Transformer {
+    /// Runs `tokens` at positions `start..start + n`, appending their keys and values to
+    /// `kv`; leaves the logits of the requested positions in `s.logits`.
+    /// Token ids must already be checked against the vocabulary.
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        start: usize,
+        kv: &mut KvCache,
+        s: &mut Scratch,
+        logits: LogitsFor,
+        positions: PositionLoop,
+    ) -> crate::error::Result<()> {
+        let (n, h) = (tokens.len(), self.info.hidden_size);
+        let end = start + n;
+        assert!(end <= kv.capacity, "forward past the KV capacity");
+        let rows = if logits == LogitsFor::All { n } else { 1 };
+        self.reserve(s, n, end, rows);
+        for (t, &tok) in tokens.iter().enumerate() {
+            self.embed_tokens
+                .row_f32(tok as usize, &mut s.x[t * h..(t + 1) * h]);
+        }
+        for (li, layer) in self.layers.iter().enumerate() {
+            let step = Step {
+                model: self,
+                layer: li,
+                n,
+                start,
+                positions,
+            };
+            norm_rows(
+                &s.x[..n * h],
+                &layer.input_layernorm,
+                self.rms_norm_eps,
+                &mut s.xn[..n * h],
+            );
+            match &layer.attn {
+                Mixer::Gqa(a) => a.forward(&step, kv, s),
+                Mixer::Mla(m) => m.forward(&step, kv, s),
+            }
+            add_into(&mut s.x[..n * h], &s.proj[..n * h]);
+            norm_rows(
+                &s.x[..n * h],
+                &layer.post_attention_layernorm,
+                self.rms_norm_eps,
+                &mut s.xn[..n * h],
+            );
+            match &layer.ffn {
+                Ffn::Dense(m) => m.forward(n, &s.xn[..n * h], &mut s.ffn, &mut s.proj[..n * h]),
+                Ffn::Moe(moe) => moe.forward(&step, s)?,
+            }
+            add_into(&mut s.x[..n * h], &s.proj[..n * h]);
+        }
+        let first = n - rows;
+        norm_rows(
+            &s.x[first * h..n * h],
+            &self.norm,
+            self.rms_norm_eps,
+            &mut s.xn[..rows * h],
+        );
+        let v = self.info.vocab_size;
+        self.lm_head
+            .forward(&s.xn[..rows * h], rows, &mut s.logits[..rows * v]);
+        Ok(())
+    }
+}
+
+/// RoPE for one position: every query head and every key head.
+pub(crate) fn rope_position(
+    rope: &RopeTable,
+    layout: RopeLayout,
+    pos: usize,
+    hd: usize,
+    q: &mut [f32],
+    k: &mut [f32],
+) {
+    let half = rope.rot_dim() / 2;
+    assert!(half <= MAX_ROT_HALF);
+    let mut cos = [0.0f32; MAX_ROT_HALF];
+    let mut sin = [0.0f32; MAX_ROT_HALF];
+    rope.cos_sin(pos, &mut cos[..half], &mut sin[..half]);
+    for head in q.chunks_mut(hd).chain(k.chunks_mut(hd)) {
+        apply_rope(layout, head, &cos[..half], &sin[..half]);
+    }
+}
+
+/// RMSNorm of each `w.len()`-wide row of `x` into `out`.
+pub(crate) fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        rms_norm(xr, w, eps, or);
+    }
+}
+
+/// RMSNorm of each `w.len()`-wide row of `x` in place.
+pub(crate) fn norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    for r in x.chunks_exact_mut(w.len()) {
+        coli_kernels::norm::rms_norm_inplace(r, w, eps);
+    }
+}
+
+fn add_into(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}

@@ -1,0 +1,491 @@
+//! A routed mixture of experts: route each token, run every selected expert once over
+//! all its tokens (batch union), sum each token's expert outputs in routing-rank order,
+//! then add the shared expert. Experts are read in place, or through the expert store
+//! when the model is placed (same kernels, same bits).
+
+use coli_core::ModelDir;
+use coli_kernels::norm::rms_norm;
+use coli_kernels::routing::{sigmoid, sigmoid_group_top_k, softmax_top_k, GroupedSigmoid};
+
+use super::mlp::{forward_mats, Mlp};
+use super::scratch::{grow, MoeScratch};
+use super::{Ffn, Scratch, Step};
+use crate::error::Result;
+use crate::experts::ExpertStore;
+use crate::weights::{load_vector, Linear};
+
+/// How a token's experts and their weights are chosen from the router logits.
+#[derive(Clone, Debug)]
+pub enum Routing {
+    /// Softmax over all experts, top-k (Mixtral, OLMoE, Qwen-MoE).
+    Softmax {
+        /// Renormalise the top-k weights to sum to 1.
+        norm_topk_prob: bool,
+    },
+    /// Sigmoid scores, bias-corrected group-limited selection (DeepSeek-V3, GLM-4.5).
+    GroupedSigmoid {
+        /// `e_score_correction_bias` (selection only).
+        bias: Vec<f32>,
+        /// `n_group`.
+        n_group: usize,
+        /// `topk_group`.
+        topk_group: usize,
+        /// Renormalise the chosen weights.
+        norm_topk_prob: bool,
+        /// `routed_scaling_factor`.
+        scaling: f32,
+    },
+}
+
+/// Experts every token goes through besides the routed ones.
+#[derive(Clone, Debug)]
+pub struct SharedExpert {
+    /// The expert (DeepSeek: `n_shared_experts` fused into one wider MLP).
+    pub mlp: Mlp,
+    /// Qwen2-MoE's `shared_expert_gate` `[1, hidden]`: output scaled by `sigmoid(gate x)`.
+    pub gate: Option<Linear>,
+}
+
+/// A routed mixture of experts.
+#[derive(Clone, Debug)]
+pub struct Moe {
+    /// Router `[n_experts, hidden]`.
+    pub router: Linear,
+    /// The routed experts.
+    pub experts: Vec<Mlp>,
+    /// Experts per token.
+    pub top_k: usize,
+    /// Routing rule.
+    pub routing: Routing,
+    /// Shared expert, if the family has one.
+    pub shared: Option<SharedExpert>,
+}
+
+/// The expert store a MoE layer reads from, with the next MoE layer to prefetch for.
+struct StoreCtx<'a> {
+    store: &'a ExpertStore,
+    layer: usize,
+    /// The next MoE layer: its index, block and the norm in front of it.
+    next: Option<(usize, &'a Moe, &'a [f32])>,
+}
+
+impl<'a> StoreCtx<'a> {
+    /// The step's store (if the model is placed) and the next MoE layer after this one.
+    fn of(st: &Step<'a>) -> Option<StoreCtx<'a>> {
+        let model = st.model;
+        let store = model.store.as_ref()?;
+        let li = st.layer;
+        let next = model.layers[li + 1..]
+            .iter()
+            .enumerate()
+            .find_map(|(j, l)| match &l.ffn {
+                Ffn::Moe(m) => Some((li + 1 + j, &**m, &l.post_attention_layernorm[..])),
+                Ffn::Dense(_) => None,
+            });
+        Some(StoreCtx {
+            store,
+            layer: li,
+            next,
+        })
+    }
+}
+
+impl Moe {
+    /// Sizes routing and gather buffers for `n` tokens of width `h`.
+    pub(crate) fn reserve(&self, s: &mut Scratch, n: usize, h: usize) {
+        let (e, k) = (self.experts.len(), self.top_k);
+        let ei = self.experts.iter().map(Mlp::inter).max().unwrap_or(0);
+        if let Some(sh) = &self.shared {
+            sh.mlp.reserve(&mut s.ffn, n);
+            grow(&mut s.moe.shared_gate, n);
+        }
+        let m = &mut s.moe;
+        grow(&mut m.router_logits, n * e);
+        grow(&mut m.probs, e);
+        grow(&mut m.weights, n * k);
+        grow(&mut m.gathered, n * k * h);
+        grow(&mut m.expert_out, n * k * h);
+        grow(&mut m.expert_y, n * k * h);
+        grow(&mut s.ffn.gate, n * k * ei);
+        grow(&mut s.ffn.up, n * k * ei);
+        if m.order.capacity() < e {
+            m.order.reserve(e);
+        }
+        grow(&mut m.experts, n * k);
+        grow(&mut m.slots, n * k);
+        grow(&mut m.counts, e + 1);
+    }
+
+    /// The block for the step's tokens (`s.xn` in, `s.proj` out).
+    pub(crate) fn forward(&self, st: &Step, s: &mut Scratch) -> Result<()> {
+        let (n, h) = (st.n, st.model.info.hidden_size);
+        self.route(&s.xn[..n * h], n, &mut s.moe);
+        self.group_by_expert(n, &mut s.moe);
+        let store = StoreCtx::of(st);
+        if let Some(ctx) = &store {
+            self.queue_reads(n, ctx, &mut s.moe);
+            if n == 1 {
+                guess_next_layer(ctx, &s.x[..h], st.model.rms_norm_eps, &mut s.moe);
+            }
+        }
+        self.run_experts(h, store.as_ref(), s)?;
+        self.combine(n, h, s);
+        self.add_shared(n, h, s);
+        Ok(())
+    }
+
+    /// Router logits, then each token's experts and weights (rank order).
+    fn route(&self, xn: &[f32], n: usize, s: &mut MoeScratch) {
+        let (e, k) = (self.experts.len(), self.top_k);
+        self.router.forward(xn, n, &mut s.router_logits[..n * e]);
+        for t in 0..n {
+            let logits = &s.router_logits[t * e..(t + 1) * e];
+            let (experts, weights) = (
+                &mut s.experts[t * k..(t + 1) * k],
+                &mut s.weights[t * k..(t + 1) * k],
+            );
+            match &self.routing {
+                Routing::Softmax { norm_topk_prob } => softmax_top_k(
+                    logits,
+                    k,
+                    *norm_topk_prob,
+                    &mut s.probs,
+                    &mut s.order,
+                    experts,
+                    weights,
+                ),
+                Routing::GroupedSigmoid {
+                    bias,
+                    n_group,
+                    topk_group,
+                    norm_topk_prob,
+                    scaling,
+                } => {
+                    let p = GroupedSigmoid {
+                        bias,
+                        n_group: *n_group,
+                        topk_group: *topk_group,
+                        renormalize: *norm_topk_prob,
+                        scaling: *scaling,
+                    };
+                    sigmoid_group_top_k(logits, k, &p, &mut s.route, experts, weights)
+                }
+            }
+        }
+    }
+
+    /// Counting sort of the (token, rank) slots by expert: afterwards `counts[ex]` is the
+    /// end of expert `ex`'s run in `slots`, and its start the previous expert's end.
+    fn group_by_expert(&self, n: usize, s: &mut MoeScratch) {
+        let (e, k) = (self.experts.len(), self.top_k);
+        let counts = &mut s.counts[..e + 1];
+        counts.fill(0);
+        for &ex in &s.experts[..n * k] {
+            counts[ex + 1] += 1;
+        }
+        for i in 0..e {
+            counts[i + 1] += counts[i];
+        }
+        for (slot, &ex) in s.experts[..n * k].iter().enumerate() {
+            s.slots[counts[ex]] = slot;
+            counts[ex] += 1;
+        }
+    }
+
+    /// Records the routing, then queues the reads of this layer's experts that are not in
+    /// RAM, in the order [`Moe::run_experts`] takes them, so they arrive while earlier ones
+    /// compute.
+    fn queue_reads(&self, n: usize, ctx: &StoreCtx, s: &mut MoeScratch) {
+        for &ex in &s.experts[..n * self.top_k] {
+            ctx.store.record(ctx.layer, ex);
+        }
+        s.order.clear();
+        let mut begin = 0;
+        for ex in 0..self.experts.len() {
+            if s.counts[ex] > begin {
+                s.order.push(ex);
+            }
+            begin = s.counts[ex];
+        }
+        ctx.store.prefetch(ctx.layer, &s.order, false);
+    }
+
+    /// Runs each selected expert once over its gathered tokens; outputs go to their slots.
+    fn run_experts(&self, h: usize, store: Option<&StoreCtx>, s: &mut Scratch) -> Result<()> {
+        let m = &mut s.moe;
+        let mut begin = 0;
+        for ex in 0..self.experts.len() {
+            let end = m.counts[ex];
+            if end == begin {
+                continue;
+            }
+            let rows = end - begin;
+            for (j, &slot) in m.slots[begin..end].iter().enumerate() {
+                let t = slot / self.top_k;
+                m.gathered[j * h..(j + 1) * h].copy_from_slice(&s.xn[t * h..(t + 1) * h]);
+            }
+            let (xs, y) = (&m.gathered[..rows * h], &mut m.expert_y[..rows * h]);
+            match store {
+                None => self.experts[ex].forward(rows, xs, &mut s.ffn, y),
+                Some(ctx) => {
+                    let e = ctx.store.get(ctx.layer, ex)?;
+                    forward_mats([e.mat(0), e.mat(1), e.mat(2)], rows, xs, &mut s.ffn, y)
+                }
+            }
+            for (j, &slot) in m.slots[begin..end].iter().enumerate() {
+                m.expert_out[slot * h..(slot + 1) * h]
+                    .copy_from_slice(&m.expert_y[j * h..(j + 1) * h]);
+            }
+            begin = end;
+        }
+        Ok(())
+    }
+
+    /// Each token's weighted sum of its experts' outputs, in routing-rank order.
+    fn combine(&self, n: usize, h: usize, s: &mut Scratch) {
+        let k = self.top_k;
+        let out = &mut s.proj[..n * h];
+        out.fill(0.0);
+        for t in 0..n {
+            let o = &mut out[t * h..(t + 1) * h];
+            for r in 0..k {
+                let slot = t * k + r;
+                let w = s.moe.weights[slot];
+                for (oi, &yi) in o
+                    .iter_mut()
+                    .zip(&s.moe.expert_out[slot * h..(slot + 1) * h])
+                {
+                    *oi += yi * w;
+                }
+            }
+        }
+    }
+
+    /// The shared expert, added after the routed sum (optionally gated per token).
+    fn add_shared(&self, n: usize, h: usize, s: &mut Scratch) {
+        let Some(sh) = &self.shared else { return };
+        let y = &mut s.moe.expert_y[..n * h];
+        sh.mlp.forward(n, &s.xn[..n * h], &mut s.ffn, y);
+        if let Some(g) = &sh.gate {
+            g.forward(&s.xn[..n * h], n, &mut s.moe.shared_gate[..n]);
+        }
+        for t in 0..n {
+            let w = sh.gate.as_ref().map(|_| sigmoid(s.moe.shared_gate[t]));
+            let o = &mut s.proj[t * h..(t + 1) * h];
+            for (oi, &yi) in o.iter_mut().zip(&y[t * h..(t + 1) * h]) {
+                *oi += match w {
+                    Some(w) => w * yi,
+                    None => yi,
+                };
+            }
+        }
+    }
+}
+
+/// Decode: guesses the next MoE layer's experts from the current residual stream (through
+/// that layer's own norm) and starts reading them while this layer computes. A hint: it
+/// never changes a result, and it is skipped when the store says speculation does not pay.
+fn guess_next_layer(ctx: &StoreCtx, x: &[f32], eps: f32, s: &mut MoeScratch) {
+    let Some((next_layer, next, norm)) = ctx.next else {
+        return;
+    };
+    if !ctx.store.speculation_due(next.top_k) {
+        return;
+    }
+    let (ne, h) = (next.experts.len(), x.len());
+    grow(&mut s.prefetch_logits, ne);
+    grow(&mut s.prefetch_x, h);
+    rms_norm(x, norm, eps, &mut s.prefetch_x[..h]);
+    next.router
+        .forward(&s.prefetch_x[..h], 1, &mut s.prefetch_logits[..ne]);
+    if let Routing::GroupedSigmoid { bias, .. } = &next.routing {
+        for (l, b) in s.prefetch_logits[..ne].iter_mut().zip(bias) {
+            *l = sigmoid(*l) + b;
+        }
+    }
+    let want = next.top_k.min(ctx.store.cap());
+    let top = coli_kernels::routing::top_k_indices(&s.prefetch_logits[..ne], want, &mut s.order);
+    ctx.store.prefetch(next_layer, top, true);
+}
+
+/// Routing and expert keys of a DeepSeek-style MoE block (DeepSeek-V3, Kimi-K2, GLM),
+/// spelled as in their config.json (flattened into the family configs).
+#[derive(Clone, Copy, Debug, serde::Deserialize)]
+pub struct SigmoidMoeConfig {
+    /// Routed experts per MoE layer.
+    pub n_routed_experts: usize,
+    /// Experts per token.
+    pub num_experts_per_tok: usize,
+    /// Width of each routed expert.
+    pub moe_intermediate_size: usize,
+    /// Shared experts (fused into one MLP of `n * moe_intermediate_size`).
+    #[serde(default = "crate::families::serde_defaults::one")]
+    pub n_shared_experts: usize,
+    /// Expert groups.
+    #[serde(default = "crate::families::serde_defaults::one")]
+    pub n_group: usize,
+    /// Groups a token may route to.
+    #[serde(default = "crate::families::serde_defaults::one")]
+    pub topk_group: usize,
+    /// Renormalise the chosen weights.
+    #[serde(default = "crate::families::serde_defaults::yes")]
+    pub norm_topk_prob: bool,
+    /// Multiplies the routing weights.
+    #[serde(default = "crate::families::serde_defaults::one_f64")]
+    pub routed_scaling_factor: f64,
+}
+
+impl Moe {
+    /// A DeepSeek-style block: `{prefix}.gate` (weight + `e_score_correction_bias`),
+    /// `{prefix}.experts.{e}`, `{prefix}.shared_experts`.
+    pub fn load_sigmoid(
+        dir: &ModelDir,
+        prefix: &str,
+        hidden: usize,
+        m: &SigmoidMoeConfig,
+    ) -> Result<Moe> {
+        let gate = format!("{prefix}.gate");
+        let routing = Routing::grouped_sigmoid(dir, &gate, m)?;
+        let shared = if m.n_shared_experts > 0 {
+            let inter = m.n_shared_experts * m.moe_intermediate_size;
+            let mlp = Mlp::load_swiglu(dir, &format!("{prefix}.shared_experts"), hidden, inter)?;
+            Some(SharedExpert { mlp, gate: None })
+        } else {
+            None
+        };
+        Ok(Moe {
+            router: Linear::load(dir, &format!("{gate}.weight"), m.n_routed_experts, hidden)?,
+            experts: load_experts(
+                dir,
+                &format!("{prefix}.experts"),
+                m.n_routed_experts,
+                ["gate_proj", "up_proj", "down_proj"],
+                hidden,
+                m.moe_intermediate_size,
+            )?,
+            top_k: m.num_experts_per_tok,
+            routing,
+            shared,
+        })
+    }
+}
+
+impl Ffn {
+    /// The feed-forward block `{prefix}` of a DeepSeek-style layer: a sigmoid-routed MoE
+    /// when `sparse`, else a dense SwiGLU of `intermediate_size`.
+    pub fn load_dense_or_sigmoid_moe(
+        dir: &ModelDir,
+        prefix: &str,
+        hidden: usize,
+        sparse: bool,
+        intermediate_size: usize,
+        moe: &SigmoidMoeConfig,
+    ) -> Result<Ffn> {
+        Ok(if sparse {
+            Ffn::Moe(Box::new(Moe::load_sigmoid(dir, prefix, hidden, moe)?))
+        } else {
+            let mlp = Mlp::load_swiglu(dir, prefix, hidden, intermediate_size)?;
+            Ffn::Dense(Box::new(mlp))
+        })
+    }
+}
+
+/// `count` experts named `{prefix}.{e}.{gate}` / `.{up}` / `.{down}`, without biases.
+pub fn load_experts(
+    dir: &ModelDir,
+    prefix: &str,
+    count: usize,
+    names: [&str; 3],
+    hidden: usize,
+    inter: usize,
+) -> Result<Vec<Mlp>> {
+    (0..count)
+        .map(|e| {
+            let full = names.map(|n| format!("{prefix}.{e}.{n}"));
+            Mlp::load(
+                dir,
+                full.each_ref().map(String::as_str),
+                hidden,
+                inter,
+                false,
+            )
+        })
+        .collect()
+}
+
+/// Checks the expert count (`experts_key`) and `num_experts_per_tok` against each other.
+pub fn check_top_k(
+    dir: &ModelDir,
+    experts_key: &str,
+    n_experts: usize,
+    top_k: usize,
+) -> Result<()> {
+    let c = &dir.config;
+    if n_experts == 0 {
+        return Err(c.error(experts_key, "must be positive").into());
+    }
+    if top_k == 0 || top_k > n_experts {
+        return Err(c
+            .error(
+                "num_experts_per_tok",
+                format!("{top_k} must be between 1 and {experts_key} = {n_experts}"),
+            )
+            .into());
+    }
+    Ok(())
+}
+
+impl Routing {
+    /// DeepSeek-style routing settings, validated; the bias is
+    /// `{gate}.e_score_correction_bias`.
+    pub fn grouped_sigmoid(dir: &ModelDir, gate: &str, m: &SigmoidMoeConfig) -> Result<Routing> {
+        let c = &dir.config;
+        let (n_experts, top_k) = (m.n_routed_experts, m.num_experts_per_tok);
+        let (n_group, topk_group) = (m.n_group, m.topk_group);
+        if n_group == 0 || !n_experts.is_multiple_of(n_group) {
+            return Err(c
+                .error(
+                    "n_group",
+                    format!("{n_group} must be positive and divide n_routed_experts = {n_experts}"),
+                )
+                .into());
+        }
+        if topk_group == 0 || topk_group > n_group {
+            return Err(c
+                .error(
+                    "topk_group",
+                    format!("{topk_group} must be between 1 and n_group = {n_group}"),
+                )
+                .into());
+        }
+        check_top_k(dir, "n_routed_experts", n_experts, top_k)?;
+        let reachable = topk_group * (n_experts / n_group);
+        if top_k > reachable {
+            return Err(c
+                .error(
+                    "num_experts_per_tok",
+                    format!(
+                        "{top_k} exceeds the {reachable} experts in topk_group = {topk_group} groups"
+                    ),
+                )
+                .into());
+        }
+        let scaling = m.routed_scaling_factor;
+        if !(scaling.is_finite() && scaling > 0.0) {
+            return Err(c
+                .error(
+                    "routed_scaling_factor",
+                    format!("must be positive, found {scaling}"),
+                )
+                .into());
+        }
+        let bias_name = format!("{gate}.e_score_correction_bias");
+        Ok(Routing::GroupedSigmoid {
+            bias: load_vector(dir, &bias_name, n_experts)?,
+            n_group,
+            topk_group,
+            norm_topk_prob: m.norm_topk_prob,
+            scaling: scaling as f32,
+        })
+    }
+}

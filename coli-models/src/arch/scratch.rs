@@ -1,0 +1,174 @@
+//! Grow-only buffers reused across forwards. The residual stream and the attention rows
+//! are shared by every block; each block kind keeps its own group and says how large it
+//! must be (its `reserve`), so nothing here knows a block's shapes.
+
+use super::{Ffn, Mixer, Transformer, ATTENTION_TASKS};
+
+/// The buffers of one forward, reused across forwards (decode allocates nothing).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    /// Residual stream `[n, hidden]`.
+    pub(crate) x: Vec<f32>,
+    /// Normalised residual `[n, hidden]`.
+    pub(crate) xn: Vec<f32>,
+    /// Queries, keys and values of the tokens of the step.
+    pub(crate) q: Vec<f32>,
+    pub(crate) k: Vec<f32>,
+    pub(crate) v: Vec<f32>,
+    /// Attention output before the output projection.
+    pub(crate) attn: Vec<f32>,
+    /// A block's output `[n, hidden]`, added to the residual.
+    pub(crate) proj: Vec<f32>,
+    /// Score rows, one per attention task.
+    pub(crate) scores: Vec<f32>,
+    /// SwiGLU intermediates (dense MLP, shared and routed experts).
+    pub(crate) ffn: MlpScratch,
+    /// MLA's low-rank and absorbed queries and attended latents.
+    pub(crate) mla: MlaScratch,
+    /// The DSA indexer's queries, keys, head weights and selections.
+    pub(crate) dsa: DsaScratch,
+    /// MoE routing and per-expert gather buffers.
+    pub(crate) moe: MoeScratch,
+    /// Logits of the positions asked for, `[n, vocab]`.
+    pub logits: Vec<f32>,
+    /// (tokens, context, logit rows) the buffers are already large enough for.
+    sized_for: (usize, usize, usize),
+}
+
+/// SwiGLU intermediates.
+#[derive(Debug, Default)]
+pub(crate) struct MlpScratch {
+    pub(crate) gate: Vec<f32>,
+    pub(crate) up: Vec<f32>,
+}
+
+/// MLA: low-rank query, absorbed queries and attended latents (head-major), a row buffer.
+#[derive(Debug, Default)]
+pub(crate) struct MlaScratch {
+    pub(crate) qa: Vec<f32>,
+    pub(crate) qabs: Vec<f32>,
+    pub(crate) latent: Vec<f32>,
+    pub(crate) rowbuf: Vec<f32>,
+}
+
+/// DSA: indexer queries, keys, head weights; each token's selected positions.
+#[derive(Debug, Default)]
+pub(crate) struct DsaScratch {
+    pub(crate) iq: Vec<f32>,
+    pub(crate) ik: Vec<f32>,
+    pub(crate) iw: Vec<f32>,
+    pub(crate) sel: Vec<u32>,
+    pub(crate) sel_len: Vec<usize>,
+    pub(crate) sel_order: Vec<u32>,
+}
+
+/// MoE: routing, the next layer's guess, and the per-expert gather buffers.
+#[derive(Debug, Default)]
+pub(crate) struct MoeScratch {
+    pub(crate) route: coli_kernels::routing::RouteScratch,
+    pub(crate) shared_gate: Vec<f32>,
+    pub(crate) prefetch_logits: Vec<f32>,
+    pub(crate) prefetch_x: Vec<f32>,
+    pub(crate) router_logits: Vec<f32>,
+    pub(crate) probs: Vec<f32>,
+    pub(crate) order: Vec<usize>,
+    pub(crate) experts: Vec<usize>,
+    pub(crate) weights: Vec<f32>,
+    pub(crate) counts: Vec<usize>,
+    pub(crate) slots: Vec<usize>,
+    pub(crate) gathered: Vec<f32>,
+    pub(crate) expert_out: Vec<f32>,
+    pub(crate) expert_y: Vec<f32>,
+}
+
+/// Grows `v` to at least `n` elements (never shrinks).
+pub(crate) fn grow<T: Clone + Default>(v: &mut Vec<T>, n: usize) {
+    if v.len() < n {
+        v.resize(n, T::default());
+    }
+}
+
+impl Transformer {
+    /// Sizes the scratch for `n` tokens at a context of `ctx` positions.
+    pub fn reserve(&self, s: &mut Scratch, n: usize, ctx: usize, logits_rows: usize) {
+        let (sn, sc, sr) = s.sized_for;
+        if n <= sn && ctx <= sc && logits_rows <= sr {
+            // The decode path: nothing to size, nothing to walk.
+            return;
+        }
+        s.sized_for = (n.max(sn), ctx.max(sc), logits_rows.max(sr));
+        let (n, ctx, logits_rows) = s.sized_for;
+        let h = self.info.hidden_size;
+        for l in &self.layers {
+            match &l.attn {
+                Mixer::Gqa(a) => a.reserve(&self.info, s, n),
+                Mixer::Mla(m) => m.reserve(s, n, ctx),
+            }
+            match &l.ffn {
+                Ffn::Dense(m) => m.reserve(&mut s.ffn, n),
+                Ffn::Moe(moe) => moe.reserve(s, n, h),
+            }
+        }
+        grow(&mut s.x, n * h);
+        grow(&mut s.xn, n * h);
+        grow(&mut s.proj, n * h);
+        grow(&mut s.scores, ATTENTION_TASKS * ctx);
+        grow(&mut s.logits, logits_rows * self.info.vocab_size);
+    }
+}
+
+impl Scratch {
+    /// Bytes the buffers hold.
+    pub fn bytes(&self) -> usize {
+        let f = [
+            &self.x,
+            &self.xn,
+            &self.q,
+            &self.k,
+            &self.v,
+            &self.attn,
+            &self.proj,
+            &self.scores,
+            &self.ffn.gate,
+            &self.ffn.up,
+            &self.mla.qa,
+            &self.mla.qabs,
+            &self.mla.latent,
+            &self.mla.rowbuf,
+            &self.dsa.iq,
+            &self.dsa.ik,
+            &self.dsa.iw,
+            &self.moe.shared_gate,
+            &self.moe.prefetch_logits,
+            &self.moe.prefetch_x,
+            &self.moe.router_logits,
+            &self.moe.probs,
+            &self.moe.weights,
+            &self.moe.gathered,
+            &self.moe.expert_out,
+            &self.moe.expert_y,
+            &self.logits,
+        ]
+        .iter()
+        .map(|v| v.len() * 4)
+        .sum::<usize>();
+        let u = 4 * (self.dsa.sel.len() + self.dsa.sel_order.len());
+        let w = std::mem::size_of::<usize>()
+            * (self.dsa.sel_len.len()
+                + self.moe.order.capacity()
+                + self.moe.experts.len()
+                + self.moe.counts.len()
+                + self.moe.slots.len());
+        f + u + w
+    }
+}
+
+impl Transformer {
+    /// Bytes a [`Scratch`] sized for `n` tokens at `ctx` positions holds (what a session's
+    /// buffers cost; the planner budgets them).
+    pub fn scratch_bytes(&self, n: usize, ctx: usize, logits_rows: usize) -> usize {
+        let mut s = Scratch::default();
+        self.reserve(&mut s, n, ctx, logits_rows);
+        s.bytes()
+    }
+}

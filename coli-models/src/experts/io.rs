@@ -1,0 +1,229 @@
+//! Where each expert's bytes are on disk, and reading them: one `pread` per expert when
+//! its three matrices are adjacent, else one per matrix; `O_DIRECT` reads are aligned.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use coli_kernels::WFormat;
+
+use super::buffers::{BufPool, ExpertBuf};
+use super::config::Counters;
+use super::store::ALIGN;
+use crate::error::{ModelError, Result};
+use crate::weights::Scales;
+
+/// Two parts closer than this (bytes of other data between them) are read together.
+const COALESCE_SLACK: u64 = 64 * 1024;
+
+/// Where one matrix of an expert is: the file, the byte range, and how to read it.
+#[derive(Clone, Debug)]
+pub struct MatrixLocation {
+    /// The shard holding it.
+    pub path: PathBuf,
+    /// Byte offset of its data in the file.
+    pub offset: u64,
+    /// Bytes of data.
+    pub len: usize,
+    /// Stored format.
+    pub fmt: WFormat,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+    /// Block or row scales (resident), where the format has them.
+    pub scales: Option<Scales>,
+}
+
+/// Where an expert's gate, up and down matrices are.
+#[derive(Clone, Debug)]
+pub struct ExpertLocation {
+    /// Gate, up, down.
+    pub parts: [MatrixLocation; 3],
+}
+
+/// One matrix of an expert on disk (the file as an index into the store's files).
+#[derive(Clone, Debug)]
+pub(crate) struct Part {
+    pub(crate) file: usize,
+    pub(crate) offset: u64,
+    pub(crate) len: usize,
+    pub(crate) fmt: WFormat,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) scales: Option<Scales>,
+}
+
+/// An expert's parts, and whether one read covers all three.
+#[derive(Clone, Debug)]
+pub(crate) struct ExpertLoc {
+    pub(crate) parts: [Part; 3],
+    /// One read covers all three (same file, little else between them).
+    pub(crate) coalesced: bool,
+}
+
+impl ExpertLoc {
+    /// The store's form of `loc`, its files numbered in `paths` (added when new).
+    pub(crate) fn new(loc: &ExpertLocation, paths: &mut Vec<PathBuf>) -> ExpertLoc {
+        let parts = loc.parts.clone().map(|m| {
+            let file = match paths.iter().position(|p| *p == m.path) {
+                Some(i) => i,
+                None => {
+                    paths.push(m.path);
+                    paths.len() - 1
+                }
+            };
+            Part {
+                file,
+                offset: m.offset,
+                len: m.len,
+                fmt: m.fmt,
+                rows: m.rows,
+                cols: m.cols,
+                scales: m.scales,
+            }
+        });
+        let same_file = parts.iter().all(|p| p.file == parts[0].file);
+        let total: u64 = parts.iter().map(|p| p.len as u64).sum();
+        let mut loc = ExpertLoc {
+            parts,
+            coalesced: false,
+        };
+        let (s, e) = loc.span();
+        loc.coalesced = same_file && e - s <= total + COALESCE_SLACK;
+        loc
+    }
+
+    /// The byte range from the first part's start to the last part's end.
+    pub(crate) fn span(&self) -> (u64, u64) {
+        let start = self.parts.iter().map(|p| p.offset).min().unwrap_or(0);
+        let end = self
+            .parts
+            .iter()
+            .map(|p| p.offset + p.len as u64)
+            .max()
+            .unwrap_or(0);
+        (start, end)
+    }
+
+    /// Buffer bytes this expert needs, alignment slack included.
+    pub(crate) fn buffer_len(&self) -> usize {
+        if self.coalesced {
+            let (s, e) = self.span();
+            (e - s) as usize + 2 * ALIGN
+        } else {
+            self.parts.iter().map(|p| p.len + 2 * ALIGN).sum()
+        }
+    }
+}
+
+/// What the I/O threads share with the compute thread.
+pub(crate) struct Shared {
+    pub(crate) files: Vec<File>,
+    pub(crate) paths: Vec<PathBuf>,
+    pub(crate) direct: bool,
+    /// Per decoder layer: its experts' locations (empty for dense layers).
+    pub(crate) locs: Vec<Vec<ExpertLoc>>,
+    pub(crate) pool: Arc<BufPool>,
+    pub(crate) counters: Counters,
+}
+
+impl Shared {
+    /// Reads `[start, start + len)` of file `f` into `dst` (aligned); returns where in
+    /// `dst` the first requested byte landed.
+    fn read(&self, f: usize, start: u64, len: usize, dst: &mut [u8]) -> io::Result<usize> {
+        let file = &self.files[f];
+        if !self.direct {
+            file.read_exact_at(&mut dst[..len], start)?;
+            return Ok(0);
+        }
+        let a0 = start - start % ALIGN as u64;
+        let need = (start + len as u64 - a0) as usize;
+        let a_len = need.next_multiple_of(ALIGN);
+        let mut got = 0;
+        while got < need {
+            let n = file.read_at(&mut dst[got..a_len], a0 + got as u64)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file ended before the expert's bytes",
+                ));
+            }
+            got += n;
+        }
+        Ok((start - a0) as usize)
+    }
+
+    /// Reads one expert into a buffer from the pool.
+    pub(crate) fn load(
+        &self,
+        layer: usize,
+        expert: usize,
+    ) -> std::result::Result<ExpertBuf, String> {
+        let loc = &self.locs[layer][expert];
+        let mut buf = self
+            .pool
+            .take()
+            .map_err(|e| format!("reading expert {expert} of layer {layer}: {e}"))?;
+        let t0 = Instant::now();
+        let mut offsets = [0usize; 3];
+        let mut bytes = 0u64;
+        let dst = buf.as_mut_slice();
+        let err = |p: &Part, e: io::Error| {
+            format!(
+                "reading expert {expert} of layer {layer} from {}: {e}",
+                self.paths[p.file].display()
+            )
+        };
+        if loc.coalesced {
+            let (s, e) = loc.span();
+            let at = self
+                .read(loc.parts[0].file, s, (e - s) as usize, dst)
+                .map_err(|e| err(&loc.parts[0], e))?;
+            for (o, p) in offsets.iter_mut().zip(&loc.parts) {
+                *o = at + (p.offset - s) as usize;
+            }
+            bytes += e - s;
+        } else {
+            let mut pos = 0;
+            for (o, p) in offsets.iter_mut().zip(&loc.parts) {
+                let at = self
+                    .read(p.file, p.offset, p.len, &mut dst[pos..])
+                    .map_err(|e| err(p, e))?;
+                *o = pos + at;
+                pos = (pos + at + p.len).next_multiple_of(ALIGN);
+                bytes += p.len as u64;
+            }
+        }
+        let c = &self.counters;
+        c.bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        c.read_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(ExpertBuf {
+            buf: Some(buf),
+            pool: self.pool.clone(),
+            offsets,
+        })
+    }
+}
+
+/// Opens a shard for `pread` (with `O_DIRECT` when asked).
+pub(crate) fn open(path: &Path, direct: bool) -> Result<File> {
+    let mut o = OpenOptions::new();
+    o.read(true);
+    if direct {
+        o.custom_flags(libc::O_DIRECT);
+    }
+    o.open(path).map_err(|e| {
+        let hint = if direct && e.raw_os_error() == Some(libc::EINVAL) {
+            " (O_DIRECT is not supported on this filesystem; run without --direct)"
+        } else {
+            ""
+        };
+        ModelError::ExpertRead(format!("opening {}: {e}{hint}", path.display()))
+    })
+}
