@@ -16,8 +16,9 @@ for dir in "$root"/tests/fixtures/*/ "$demo"/*/; do
   for extra in "" "--cap 1"; do
     a=$("$old" run --model "$dir" --prompt-ids 1,2,3,4,5 --max-tokens 12 --json --no-usage $extra 2>/dev/null | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["generated_ids"])')
     b=$("$new" run --model "$dir" --prompt-ids 1,2,3,4,5 --max-tokens 12 --json --no-usage $extra 2>/dev/null | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["generated_ids"])')
-    if [ "$a" = "$b" ]; then same=$((same+1)); else differ=$((differ+1)); echo "DIFFER run $name $extra: $a vs $b"; fi
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then same=$((same+1)); else differ=$((differ+1)); echo "DIFFER run $name $extra: $a vs $b"; fi
   done
+  rm -f "$tmp/a" "$tmp/b"
   "$old" eval --model "$dir" --ids 1,2,3,4,5,6,7,8 --logits-out "$tmp/a" --no-usage >/dev/null 2>&1
   "$new" eval --model "$dir" --ids 1,2,3,4,5,6,7,8 --logits-out "$tmp/b" --no-usage >/dev/null 2>&1
   if cmp -s "$tmp/a" "$tmp/b"; then same=$((same+1)); else differ=$((differ+1)); echo "DIFFER eval logits $name"; fi

@@ -104,7 +104,7 @@ fn eval_matches_reference(name: &str) {
         / (ids.len() - 1) as f64;
     let nll = v["nll"].as_f64().unwrap();
     assert!(
-        (nll - want_nll).abs() < 1e-3 * want_nll.abs().max(1.0),
+        (nll - want_nll).abs() < 1e-4 * want_nll.abs().max(1.0),
         "{name}: nll {nll} vs {want_nll}"
     );
     let bytes = std::fs::read(&logits_path).unwrap();
@@ -118,7 +118,7 @@ fn eval_matches_reference(name: &str) {
         &r.logits,
         &floats(&r.json["top2_margin"]),
         vocab,
-        1e-3,
+        coli_tests::ORACLE_TOLERANCE,
     )
     .unwrap();
 }
