@@ -182,7 +182,8 @@ impl Default for Placement {
 impl Placement {
     /// Cached experts per layer for `moe_layers` layers of at most `experts_per_layer`
     /// experts of `expert_bytes` each: from the flag, else what `available` bytes of RAM
-    /// allow after 1 GiB and the pins (all of them when they fit). At least 1.
+    /// allow after a reserve (1 GiB, or a quarter of `available` when that is smaller) and
+    /// the pins (all of them when they fit). At least 1. `None`: no store ([`CacheSize::Off`]).
     pub fn cap_per_layer(
         &self,
         moe_layers: usize,
@@ -196,8 +197,11 @@ impl Placement {
             CacheSize::Slots(n) => n,
             CacheSize::Bytes(b) => (b / per_slot) as usize,
             CacheSize::Auto => {
+                // Leave room for everything else: 1 GiB, or a quarter of what is left in a
+                // small container.
                 let avail = available.unwrap_or(u64::MAX);
-                let budget = avail.saturating_sub(1 << 30).saturating_sub(self.pin_bytes);
+                let reserve = (1u64 << 30).min(avail / 4);
+                let budget = avail.saturating_sub(reserve).saturating_sub(self.pin_bytes);
                 (budget / per_slot) as usize
             }
         };
@@ -208,10 +212,4 @@ impl Placement {
 /// I/O threads for prefetch.
 const PREFETCH_THREADS: usize = 4;
 
-/// `MemAvailable` from `/proc/meminfo`, in bytes.
-pub fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
+pub use super::memory::available_memory;

@@ -8,6 +8,7 @@
 mod buffers;
 mod config;
 mod io;
+pub mod memory;
 pub mod policy;
 pub mod store;
 pub mod usage;
