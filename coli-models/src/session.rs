@@ -170,99 +170,149 @@ impl<'m> Session<'m> {
         sampler: &mut Sampler,
         stop_ids: &[u32],
         constraint: &mut dyn Constraint,
-        mut on_token: impl FnMut(u32),
+        on_token: impl FnMut(u32),
     ) -> Result<Generation> {
         let t0 = Instant::now();
-        let capacity = self.kv.capacity;
-        let mut masked = Vec::new();
-        let mut pick = |logits: &[f32], c: &mut dyn Constraint| -> Result<u32> {
-            if !c.active() {
-                return Ok(sampler.sample(logits));
-            }
-            masked.clear();
-            masked.extend_from_slice(logits);
-            c.mask(&mut masked);
-            if masked.iter().all(|v| *v == f32::NEG_INFINITY) {
-                return Err(ModelError::Tokenizer(
-                    "the grammar allows no token here (no vocabulary token continues it)".into(),
-                ));
-            }
-            Ok(sampler.sample(&masked))
+        let mut picker = Picker {
+            sampler,
+            masked: Vec::new(),
         };
-        let mut next = pick(self.forward(prompt, false)?, constraint)?;
-        let mut stats = GenStats {
-            prompt_tokens: prompt.len(),
-            prefill_s: t0.elapsed().as_secs_f64(),
-            ..GenStats::default()
+        let first = picker.pick(self.forward(prompt, false)?, constraint)?;
+        let mut run = Run {
+            generated: Vec::with_capacity(max_tokens),
+            stats: GenStats {
+                prompt_tokens: prompt.len(),
+                prefill_s: t0.elapsed().as_secs_f64(),
+                ttft_s: t0.elapsed().as_secs_f64(),
+                ..GenStats::default()
+            },
+            finish: FinishReason::Length,
+            max_tokens,
+            stop_ids,
+            on_token,
         };
-        stats.ttft_s = t0.elapsed().as_secs_f64();
-        let mut generated = Vec::with_capacity(max_tokens);
-        let mut finish = FinishReason::Length;
         let t1 = Instant::now();
-        let vocab = self.model.info.vocab_size;
-        let mut rows: Vec<f32> = Vec::new();
-        'outer: while generated.len() < max_tokens {
-            generated.push(next);
-            on_token(next);
-            if stop_ids.contains(&next) {
-                finish = FinishReason::Stop;
-                break;
-            }
-            if !constraint.accept(next) {
-                finish = FinishReason::Stop;
-                break;
-            }
-            if generated.len() == max_tokens || self.pos >= capacity {
-                break;
-            }
-            // Tokens the constraint forces: fed with `next` in one batch, then each is kept
-            // while sampling its row picks it (the same picks, in the same order, as one
-            // token at a time: batched logits equal single ones bit for bit).
-            let mut draft = constraint.draft();
-            let room = (max_tokens - generated.len()).min(capacity - self.pos);
-            draft.truncate(room.saturating_sub(1));
-            if draft.is_empty() {
-                let logits = self.forward(&[next], false)?;
-                next = pick(logits, constraint)?;
-                stats.decode_tokens += 1;
-                continue;
-            }
-            let base = self.pos;
-            let mut batch = Vec::with_capacity(draft.len() + 1);
-            batch.push(next);
-            batch.extend_from_slice(&draft);
-            rows.clear();
-            rows.extend_from_slice(self.forward(&batch, true)?);
-            let mut kept = 0;
-            loop {
-                let t = pick(&rows[kept * vocab..(kept + 1) * vocab], constraint)?;
-                stats.decode_tokens += 1;
-                if kept < draft.len() && t == draft[kept] {
-                    kept += 1;
-                    stats.drafted_tokens += 1;
-                    generated.push(t);
-                    on_token(t);
-                    if stop_ids.contains(&t) || !constraint.accept(t) {
-                        finish = FinishReason::Stop;
-                        break 'outer;
-                    }
-                    if generated.len() == max_tokens {
-                        break 'outer;
-                    }
-                } else {
-                    next = t;
-                    break;
-                }
-            }
-            self.pos = base + 1 + kept;
+        let mut next = first;
+        while let Some(n) = self.decode_step(next, &mut run, &mut picker, constraint)? {
+            next = n;
         }
-        stats.decode_s = t1.elapsed().as_secs_f64();
+        run.stats.decode_s = t1.elapsed().as_secs_f64();
         Ok(Generation {
             prompt_ids: prompt.to_vec(),
-            generated_ids: generated,
-            finish_reason: finish,
-            stats,
+            generated_ids: run.generated,
+            finish_reason: run.finish,
+            stats: run.stats,
         })
+    }
+
+    /// Emits `next` and computes the token after it (feeding the constraint's forced
+    /// tokens as drafts in the same forward when it offers some). `None` when generation
+    /// ends.
+    fn decode_step<F: FnMut(u32)>(
+        &mut self,
+        next: u32,
+        run: &mut Run<'_, F>,
+        picker: &mut Picker<'_>,
+        constraint: &mut dyn Constraint,
+    ) -> Result<Option<u32>> {
+        if run.generated.len() >= run.max_tokens || !run.emit(next, constraint) {
+            return Ok(None);
+        }
+        let capacity = self.kv.capacity;
+        if run.generated.len() == run.max_tokens || self.pos >= capacity {
+            return Ok(None);
+        }
+        let mut draft = constraint.draft();
+        let room = (run.max_tokens - run.generated.len()).min(capacity - self.pos);
+        draft.truncate(room.saturating_sub(1));
+        if draft.is_empty() {
+            let logits = self.forward(&[next], false)?;
+            run.stats.decode_tokens += 1;
+            return picker.pick(logits, constraint).map(Some);
+        }
+        self.verify_draft(next, &draft, run, picker, constraint)
+    }
+
+    /// Tokens the constraint forces, fed with `next` in one batch; each is kept while
+    /// sampling its row picks it (the same picks, in the same order, as one token at a
+    /// time: batched logits equal single ones bit for bit).
+    fn verify_draft<F: FnMut(u32)>(
+        &mut self,
+        next: u32,
+        draft: &[u32],
+        run: &mut Run<'_, F>,
+        picker: &mut Picker<'_>,
+        constraint: &mut dyn Constraint,
+    ) -> Result<Option<u32>> {
+        let vocab = self.model.info.vocab_size;
+        let base = self.pos;
+        let mut batch = Vec::with_capacity(draft.len() + 1);
+        batch.push(next);
+        batch.extend_from_slice(draft);
+        let rows = self.forward(&batch, true)?.to_vec();
+        let mut kept = 0;
+        let after = loop {
+            let t = picker.pick(&rows[kept * vocab..(kept + 1) * vocab], constraint)?;
+            run.stats.decode_tokens += 1;
+            if kept < draft.len() && t == draft[kept] {
+                kept += 1;
+                run.stats.drafted_tokens += 1;
+                if !run.emit(t, constraint) || run.generated.len() == run.max_tokens {
+                    break None;
+                }
+            } else {
+                break Some(t);
+            }
+        };
+        self.pos = base + 1 + kept;
+        Ok(after)
+    }
+}
+
+/// Samples under a constraint, masking into a reused buffer.
+struct Picker<'s> {
+    sampler: &'s mut Sampler,
+    masked: Vec<f32>,
+}
+
+impl Picker<'_> {
+    fn pick(&mut self, logits: &[f32], c: &mut dyn Constraint) -> Result<u32> {
+        if !c.active() {
+            return Ok(self.sampler.sample(logits));
+        }
+        self.masked.clear();
+        self.masked.extend_from_slice(logits);
+        c.mask(&mut self.masked);
+        if self.masked.iter().all(|v| *v == f32::NEG_INFINITY) {
+            return Err(ModelError::Tokenizer(
+                "the grammar allows no token here (no vocabulary token continues it)".into(),
+            ));
+        }
+        Ok(self.sampler.sample(&self.masked))
+    }
+}
+
+/// What one generation has produced so far.
+struct Run<'a, F> {
+    generated: Vec<u32>,
+    stats: GenStats,
+    finish: FinishReason,
+    max_tokens: usize,
+    stop_ids: &'a [u32],
+    on_token: F,
+}
+
+impl<F: FnMut(u32)> Run<'_, F> {
+    /// Records `t`; false when it ends the generation (a stop id, or the constraint is
+    /// complete).
+    fn emit(&mut self, t: u32, constraint: &mut dyn Constraint) -> bool {
+        self.generated.push(t);
+        (self.on_token)(t);
+        if self.stop_ids.contains(&t) || !constraint.accept(t) {
+            self.finish = FinishReason::Stop;
+            return false;
+        }
+        true
     }
 }
 
