@@ -14,7 +14,9 @@ struct Group(PathBuf);
 
 impl Group {
     fn new(limit: u64) -> Option<Group> {
-        let dir = Path::new(CGROUP_V1).join(format!("coli-test-{}", std::process::id()));
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = Path::new(CGROUP_V1).join(format!("coli-test-{}-{n}", std::process::id()));
         std::fs::create_dir(&dir).ok()?;
         let g = Group(dir);
         std::fs::write(g.0.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
@@ -45,17 +47,10 @@ impl Drop for Group {
     }
 }
 
-#[test]
-fn default_run_completes_in_a_memory_cgroup_smaller_than_the_model() {
-    const MB: u64 = 1 << 20;
-    let limit = 160 * MB;
-    let Some(group) = Group::new(limit) else {
-        eprintln!("skipped: cannot create a v1 memory cgroup under {CGROUP_V1} (needs root)");
-        return;
-    };
-    let tmp = tempfile::tempdir().unwrap();
-    let model = tmp.path().join("m");
-    // 4 MoE layers x 32 experts x 1.5 MB (bf16) = 200 MB of experts, ~8 MB dense.
+/// The synthetic OLMoE both tests use: 4 MoE layers x 32 experts x 1.5 MB (bf16) =
+/// 200 MB of experts, ~8 MB dense. Returns its directory and size in bytes.
+fn synthetic_model(tmp: &Path) -> (PathBuf, u64) {
+    let model = tmp.join("m");
     let spec = coli_tests::synthetic::OlmoeSpec {
         layers: 4,
         experts: 32,
@@ -68,26 +63,109 @@ fn default_run_completes_in_a_memory_cgroup_smaller_than_the_model() {
         seed: 11,
     };
     coli_tests::synthetic::write_olmoe(&model, &spec, |_, _| {}).unwrap();
-    let model_bytes: u64 = std::fs::read_dir(&model)
+    let bytes = std::fs::read_dir(&model)
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum();
+    (model, bytes)
+}
+
+/// Runs `coli ARGS` inside `group`, after dropping the page cache.
+fn coli_in(group: &Group, args: &str) -> std::process::Output {
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+    let coli = env!("CARGO_BIN_EXE_coli");
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/tasks && exec {coli} {args}",
+            group.0.display()
+        ))
+        .output()
+        .unwrap()
+}
+
+/// `coli convert` streams: in a cgroup of a quarter of the model's size it completes, and
+/// writes the same bytes as an unconstrained convert.
+#[test]
+fn convert_completes_in_a_quarter_of_the_model_and_writes_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (model, model_bytes) = synthetic_model(tmp.path());
+    let limit = model_bytes / 4;
+    let Some(group) = Group::new(limit) else {
+        eprintln!("skipped: cannot create a v1 memory cgroup under {CGROUP_V1} (needs root)");
+        return;
+    };
+    let (free, limited) = (tmp.path().join("free"), tmp.path().join("limited"));
+    let coli = env!("CARGO_BIN_EXE_coli");
+    let out = Command::new(coli)
+        .args([
+            "convert",
+            "--model",
+            model.to_str().unwrap(),
+            "--out",
+            free.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = coli_in(
+        &group,
+        &format!(
+            "convert --model {} --out {}",
+            model.display(),
+            limited.display()
+        ),
+    );
+    let peak = group.read("memory.max_usage_in_bytes");
+    assert!(
+        out.status.success(),
+        "convert under {limit} B: {:?} (OOM kills {}): {}",
+        out.status,
+        group.oom_kills(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(peak <= limit, "peak {peak} over the limit {limit}");
+    let mut files: Vec<_> = std::fs::read_dir(&free)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    for f in files {
+        assert_eq!(
+            std::fs::read(free.join(&f)).unwrap(),
+            std::fs::read(limited.join(&f)).unwrap(),
+            "{f:?} differs"
+        );
+    }
+    eprintln!("cgroup convert: limit {limit} B (model {model_bytes} B), peak {peak} B");
+}
+
+#[test]
+fn default_run_completes_in_a_memory_cgroup_smaller_than_the_model() {
+    const MB: u64 = 1 << 20;
+    let limit = 160 * MB;
+    let Some(group) = Group::new(limit) else {
+        eprintln!("skipped: cannot create a v1 memory cgroup under {CGROUP_V1} (needs root)");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (model, model_bytes) = synthetic_model(tmp.path());
     assert!(
         model_bytes > limit,
         "the model ({model_bytes} B) must not fit"
     );
-    // Start the command inside the group (page cache it touches counts too).
-    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
-    let coli = env!("CARGO_BIN_EXE_coli");
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "echo $$ > {}/tasks && exec {coli} run --model {} --prompt-ids 1,2,3,4 --max-tokens 8 --json --no-usage",
-            group.0.display(),
+    let out = coli_in(
+        &group,
+        &format!(
+            "run --model {} --prompt-ids 1,2,3,4 --max-tokens 8 --json --no-usage",
             model.display()
-        ))
-        .output()
-        .unwrap();
+        ),
+    );
     let peak = group.read("memory.max_usage_in_bytes");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

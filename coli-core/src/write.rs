@@ -65,12 +65,29 @@ pub struct TensorData {
     pub bytes: Vec<u8>,
 }
 
-/// Serializes tensors (sorted by name) and metadata as a safetensors file, atomically.
-pub fn write_safetensors(
-    dest: &Path,
-    tensors: &BTreeMap<String, TensorData>,
+/// A tensor's entry in a safetensors header: element type and shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorSpec {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<usize>,
+}
+
+impl TensorSpec {
+    /// Bytes of the tensor's data.
+    pub fn bytes(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.dtype.size()
+    }
+}
+
+/// The header (length prefix excluded) of a safetensors file holding `specs` in name
+/// order: keys sorted, padded with spaces so the data starts 8-byte aligned, as the
+/// reference writer does.
+fn safetensors_header(
+    specs: &BTreeMap<String, TensorSpec>,
     metadata: &BTreeMap<String, String>,
-) -> Result<()> {
+) -> Vec<u8> {
     let mut header = serde_json::Map::new();
     if !metadata.is_empty() {
         header.insert(
@@ -79,36 +96,133 @@ pub fn write_safetensors(
         );
     }
     let mut offset = 0usize;
-    for (name, t) in tensors {
-        let want = t.shape.iter().product::<usize>() * t.dtype.size();
-        assert_eq!(
-            want,
-            t.bytes.len(),
-            "tensor {name}: shape {:?} vs {} bytes",
-            t.shape,
-            t.bytes.len()
-        );
+    for (name, t) in specs {
+        let n = t.bytes();
         header.insert(
             name.clone(),
-            serde_json::json!({"dtype": t.dtype.safetensors_name(), "shape": t.shape, "data_offsets": [offset, offset + want]}),
+            serde_json::json!({"dtype": t.dtype.safetensors_name(), "shape": t.shape, "data_offsets": [offset, offset + n]}),
         );
-        offset += want;
+        offset += n;
     }
     let mut json = serde_json::to_string(&sorted_keys(serde_json::Value::Object(header)))
         .expect("header serializes")
         .into_bytes();
-    // Pad so the data section starts 8-byte aligned, as the reference writer does.
     while !(8 + json.len()).is_multiple_of(8) {
         json.push(b' ');
     }
+    json
+}
+
+/// Serializes tensors (sorted by name) and metadata as a safetensors file, atomically.
+pub fn write_safetensors(
+    dest: &Path,
+    tensors: &BTreeMap<String, TensorData>,
+    metadata: &BTreeMap<String, String>,
+) -> Result<()> {
+    let specs: BTreeMap<String, TensorSpec> = tensors
+        .iter()
+        .map(|(name, t)| {
+            let spec = TensorSpec {
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+            };
+            assert_eq!(
+                spec.bytes(),
+                t.bytes.len(),
+                "tensor {name}: shape {:?} vs {} bytes",
+                t.shape,
+                t.bytes.len()
+            );
+            (name.clone(), spec)
+        })
+        .collect();
+    write_safetensors_streaming(dest, &specs, metadata, |name, w| {
+        w.write_all(&tensors[name].bytes)
+    })
+}
+
+/// Bytes written between two flushes of the streaming writer: the dirty pages it leaves
+/// behind, and the page cache it keeps, stay within this.
+const STREAM_FLUSH_BYTES: u64 = 64 << 20;
+
+/// Writes a safetensors file tensor by tensor, atomically: the header from `specs`, then
+/// `produce(name, w)` writes each tensor's bytes in name order (exactly `spec.bytes()` of
+/// them, checked). Memory stays at what one `produce` call holds; every
+/// [`STREAM_FLUSH_BYTES`] the written part is synced and dropped from the page cache
+/// (`posix_fadvise(DONTNEED)`), so a memory cgroup that counts page cache is not filled.
+pub fn write_safetensors_streaming(
+    dest: &Path,
+    specs: &BTreeMap<String, TensorSpec>,
+    metadata: &BTreeMap<String, String>,
+    mut produce: impl FnMut(&str, &mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    let json = safetensors_header(specs, metadata);
     write_atomic(dest, |w| {
         w.write_all(&(json.len() as u64).to_le_bytes())?;
         w.write_all(&json)?;
-        for t in tensors.values() {
-            w.write_all(&t.bytes)?;
+        let mut written = 8 + json.len() as u64;
+        let mut flushed = 0u64;
+        for (name, spec) in specs {
+            let mut counted = CountingWriter {
+                inner: &mut *w,
+                n: 0,
+            };
+            produce(name, &mut counted)?;
+            if counted.n != spec.bytes() as u64 {
+                return Err(std::io::Error::other(format!(
+                    "tensor {name}: {} bytes written, its shape {:?} needs {}",
+                    counted.n,
+                    spec.shape,
+                    spec.bytes()
+                )));
+            }
+            written += counted.n;
+            if written - flushed >= STREAM_FLUSH_BYTES {
+                w.flush()?;
+                let file: &File = w.get_ref();
+                file.sync_data()?;
+                drop_cached(file, flushed, written - flushed);
+                flushed = written;
+            }
         }
         Ok(())
     })
+}
+
+/// Drops `[offset, offset + len)` of `file` from the page cache (a hint; synced data only).
+fn drop_cached(file: &File, offset: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid open descriptor; the call only advises the kernel.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset, len);
+}
+
+/// Counts the bytes passed through to a writer.
+struct CountingWriter<'a> {
+    inner: &'a mut dyn Write,
+    n: u64,
+}
+
+impl Write for CountingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let k = self.inner.write(buf)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// `v` with every object's keys in sorted order, so written files do not depend on whether

@@ -8,14 +8,17 @@
 //!
 //! Each expert's gate, up and down (with their scales) are stored next to each other, so
 //! the expert store fetches an expert with one read. Every shard carries the stamp
-//! `coli.format` in its metadata. The whole container is written into a temporary sibling
+//! `coli.format` in its metadata. Conversion streams: one tensor is read, converted and
+//! written at a time (memory is bounded by the largest tensor, whatever the model's size),
+//! and the written part is synced and dropped from the page cache as it goes. The whole
+//! container is written into a temporary sibling
 //! directory, each file atomically, and renamed into place at the end: an interrupted or
 //! failed convert never leaves a partial `OUT`. An existing `OUT` is refused.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use coli_core::write::{write_atomic, write_safetensors, TensorData};
+use coli_core::write::{write_atomic, write_safetensors_streaming, TensorSpec};
 use coli_core::{DType, ModelDir};
 
 use crate::arch::LinearRole;
@@ -94,12 +97,35 @@ pub fn quantize_int4(row: &[f32], packed: &mut [u8], scales: &mut [f32]) {
     }
 }
 
-/// One converted matrix and its scale tensor, if any.
-fn convert_matrix(
-    m: &coli_kernels::MatRef,
+/// The tensors a matrix becomes at a target: the values, then the scales (if any).
+fn converted_specs(
     name: &str,
+    rows: usize,
+    cols: usize,
     target: Target,
-) -> Vec<(String, TensorData)> {
+) -> Vec<(String, TensorSpec)> {
+    let spec = |dtype, shape| TensorSpec { dtype, shape };
+    match target {
+        Target::Bf16 => vec![(name.to_string(), spec(DType::BF16, vec![rows, cols]))],
+        Target::Int8 => vec![
+            (name.to_string(), spec(DType::I8, vec![rows, cols])),
+            (format!("{name}_scale"), spec(DType::F32, vec![rows, 1])),
+        ],
+        Target::Int4 => vec![
+            (
+                name.to_string(),
+                spec(DType::U8, vec![rows, cols.div_ceil(2)]),
+            ),
+            (
+                format!("{name}_scale"),
+                spec(DType::F32, vec![rows, cols.div_ceil(INT4_GROUP)]),
+            ),
+        ],
+    }
+}
+
+/// One converted matrix: the bytes of each tensor of [`converted_specs`], in its order.
+fn convert_matrix(m: &coli_kernels::MatRef, target: Target) -> Vec<Vec<u8>> {
     let (rows, cols) = (m.rows, m.cols);
     let mut row = vec![0.0f32; cols];
     match target {
@@ -111,14 +137,7 @@ fn convert_matrix(
                     bytes.extend_from_slice(&half::bf16::from_f32(x).to_bits().to_le_bytes());
                 }
             }
-            vec![(
-                name.to_string(),
-                TensorData {
-                    dtype: DType::BF16,
-                    shape: vec![rows, cols],
-                    bytes,
-                },
-            )]
+            vec![bytes]
         }
         Target::Int8 => {
             let mut q = vec![0u8; rows * cols];
@@ -128,24 +147,7 @@ fn convert_matrix(
                 let s = quantize_int8(&row, &mut q[r * cols..(r + 1) * cols]);
                 scales.extend_from_slice(&s.to_le_bytes());
             }
-            vec![
-                (
-                    name.to_string(),
-                    TensorData {
-                        dtype: DType::I8,
-                        shape: vec![rows, cols],
-                        bytes: q,
-                    },
-                ),
-                (
-                    format!("{name}_scale"),
-                    TensorData {
-                        dtype: DType::F32,
-                        shape: vec![rows, 1],
-                        bytes: scales,
-                    },
-                ),
-            ]
+            vec![q, scales]
         }
         Target::Int4 => {
             let (rb, groups) = (cols.div_ceil(2), cols.div_ceil(INT4_GROUP));
@@ -159,24 +161,7 @@ fn convert_matrix(
                     scales.extend_from_slice(&v.to_le_bytes());
                 }
             }
-            vec![
-                (
-                    name.to_string(),
-                    TensorData {
-                        dtype: DType::U8,
-                        shape: vec![rows, rb],
-                        bytes: packed,
-                    },
-                ),
-                (
-                    format!("{name}_scale"),
-                    TensorData {
-                        dtype: DType::F32,
-                        shape: vec![rows, groups],
-                        bytes: scales,
-                    },
-                ),
-            ]
+            vec![packed, scales]
         }
     }
 }
@@ -349,18 +334,38 @@ fn write_shards(
     .collect();
     for (i, shard) in shards.iter().enumerate() {
         let file = format!("model-{:05}-of-{n:05}.safetensors", i + 1);
-        let mut tensors = BTreeMap::new();
+        let mut specs = BTreeMap::new();
+        let mut source = HashMap::new();
         for unit in shard {
             for (name, action) in &unit.items {
-                for (k, v) in unit_tensors(dir, plan, name, *action)? {
-                    weight_map.insert(k.clone(), file.clone());
-                    tensors.insert(k, v);
+                for (out, spec) in output_specs(dir, plan, name, *action)? {
+                    weight_map.insert(out.clone(), file.clone());
+                    source.insert(out.clone(), (name.as_str(), *action));
+                    specs.insert(out, spec);
                 }
             }
-            done += unit.bytes;
-            progress(done, total);
         }
-        write_safetensors(&tmp.join(&file), &tensors, &meta)?;
+        // Tensors are written one at a time in name order; a converted matrix's other
+        // output (its scales) waits here until its turn.
+        let mut waiting: HashMap<String, Vec<u8>> = HashMap::new();
+        write_safetensors_streaming(&tmp.join(&file), &specs, &meta, |out, w| {
+            let bytes = match waiting.remove(out) {
+                Some(b) => b,
+                None => {
+                    let (name, action) = source[out];
+                    let mut produced =
+                        produce(dir, plan, name, action).map_err(std::io::Error::other)?;
+                    let mine = produced.iter().position(|(n, _)| n == out).expect("listed");
+                    let bytes = produced.swap_remove(mine).1;
+                    waiting.extend(produced);
+                    bytes
+                }
+            };
+            w.write_all(&bytes)?;
+            done += bytes.len() as u64;
+            progress(done, total);
+            Ok(())
+        })?;
     }
     let index = serde_json::json!({
         "metadata": {"total_size": total, "coli.format": FORMAT_VERSION},
@@ -374,24 +379,45 @@ fn write_shards(
     Ok(())
 }
 
-/// The output tensors of one input tensor: itself copied, or its conversion.
-fn unit_tensors(
+/// The output tensors of one input tensor and their specs: itself, or its conversion.
+fn output_specs(
     dir: &ModelDir,
     plan: &ConvertPlan,
     name: &str,
     action: Action,
-) -> Result<Vec<(String, TensorData)>> {
+) -> Result<Vec<(String, TensorSpec)>> {
     Ok(match action {
         Action::Copy => {
             let v = dir.tensor(name)?;
-            let data = TensorData {
+            let spec = TensorSpec {
                 dtype: v.dtype()?,
                 shape: v.shape.clone(),
-                bytes: v.bytes().to_vec(),
             };
-            vec![(name.to_string(), data)]
+            vec![(name.to_string(), spec)]
         }
-        Action::Convert(t) => convert_matrix(&plan.role_of[name].1.mat(), name, t),
+        Action::Convert(t) => {
+            let l = &plan.role_of[name].1;
+            converted_specs(name, l.rows, l.cols, t)
+        }
+    })
+}
+
+/// The bytes of the output tensors of one input tensor, named as [`output_specs`] names them.
+fn produce(
+    dir: &ModelDir,
+    plan: &ConvertPlan,
+    name: &str,
+    action: Action,
+) -> Result<Vec<(String, Vec<u8>)>> {
+    Ok(match action {
+        Action::Copy => vec![(name.to_string(), dir.tensor(name)?.bytes().to_vec())],
+        Action::Convert(t) => {
+            let l = &plan.role_of[name].1;
+            let names = converted_specs(name, l.rows, l.cols, t)
+                .into_iter()
+                .map(|(n, _)| n);
+            names.zip(convert_matrix(&l.mat(), t)).collect()
+        }
     })
 }
 
