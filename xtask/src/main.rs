@@ -3,7 +3,8 @@
 //! * `verify`: the oracle suite and the bit-exactness differentials, in this
 //!   process — so running it under another profile (`cargo run --profile
 //!   release-lto -p xtask -- verify`) verifies that build's kernels.
-//! * `test`: what CI runs — fmt, clippy, the workspace tests, then `verify`.
+//! * `test`: what CI runs — fmt, clippy, the workspace tests (release), the parser crates'
+//!   tests in debug, then `verify`.
 
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -165,6 +166,9 @@ fn test() -> ExitCode {
             "warnings",
         ],
         &["test", "--release", "--workspace"],
+        // The parsers of untrusted bytes once more in debug: overflow checks and debug
+        // assertions run.
+        &["test", "-p", "coli-core", "-p", "coli-grammar"],
     ];
     for s in steps {
         if !cargo(s) {
