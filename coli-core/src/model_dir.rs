@@ -485,3 +485,22 @@ fn read_index(path: &Path) -> Result<(Vec<String>, HashMap<String, String>)> {
     }
     Ok((files.into_iter().collect(), map))
 }
+
+/// A model directory known by its `config.json` alone: no shard is opened. For what the
+/// config decides by itself (shapes, the KV layout), where opening every shard would cost
+/// the header scan the planner's sidecar exists to avoid.
+impl ModelDir {
+    /// Reads `path/config.json` only; the directory has no tensors.
+    pub fn config_only(path: impl AsRef<Path>) -> Result<ModelDir> {
+        let path = path.as_ref();
+        if !path.is_dir() {
+            return Err(CoreError::MissingDir(path.to_path_buf()));
+        }
+        Ok(ModelDir {
+            path: path.to_path_buf(),
+            config: RawConfig::read(&path.join("config.json"))?,
+            shards: Vec::new(),
+            index: HashMap::new(),
+        })
+    }
+}

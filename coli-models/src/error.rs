@@ -60,6 +60,9 @@ pub enum ModelError {
     /// A grammar or JSON Schema that cannot constrain this generation.
     #[error("{0}")]
     Constraint(String),
+    /// Two descriptions of the same model disagree (a bug in a family, named).
+    #[error("internal inconsistency: {0}")]
+    Inconsistent(String),
     /// The routing history could not be saved.
     #[error("routing history: {0}")]
     Usage(String),

@@ -121,25 +121,27 @@ pub struct Plan {
     pub notes: Vec<String>,
 }
 
-/// Memory a model needs besides its weights, as the family's blocks size it: the KV cache
-/// per position ([`coli_models::arch::KvCache::bytes_for`], the allocation's own formula)
-/// and one decode step's scratch at `ctx` positions. The model is opened (its tensors
-/// mapped and checked, nothing copied), so the planner never re-derives a shape from
-/// config keys.
+/// Memory a model needs besides its weights, from its config alone (no tensor is read):
+/// the KV cache per position as the family lays it out
+/// ([`coli_models::families::Family::kv_layout`], which loading checks against the
+/// blocks), and an upper bound of one decode step's scratch
+/// ([`coli_models::arch::scratch::decode_bytes_bound`]).
 pub struct MemoryShape {
     /// KV cache bytes per position, all layers.
     pub kv_bytes_per_token: u64,
-    /// Scratch bytes of one decode step.
+    /// Scratch bytes of one decode step (an upper bound).
     pub working_bytes: u64,
 }
 
 impl MemoryShape {
     /// The shape of the model in `dir` at a context of `ctx` positions.
     pub fn of(dir: &Path, ctx: usize) -> Result<MemoryShape> {
-        let model = coli_models::load(dir)?;
+        let md = coli_core::ModelDir::config_only(dir)?;
+        let family = coli_models::families::lookup(md.config.model_type()?)?;
+        let layout = (family.kv_layout)(&md)?;
         Ok(MemoryShape {
-            kv_bytes_per_token: coli_models::arch::KvCache::bytes_for(&model, 1) as u64,
-            working_bytes: model.scratch_bytes(1, ctx, 1) as u64,
+            kv_bytes_per_token: layout.bytes_per_position() as u64,
+            working_bytes: coli_models::arch::scratch::decode_bytes_bound(&md.config, ctx) as u64,
         })
     }
 }

@@ -30,6 +30,46 @@ impl KvShape {
     }
 }
 
+/// What the KV cache holds per position, layer by layer: the family says it from its
+/// config alone ([`crate::families::Family::kv_layout`]), so the planner can size the
+/// cache without loading a tensor; loading checks it against the blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    /// Keys and values per position of every layer.
+    pub shape: KvShape,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Per layer, the width of the DSA indexer's key cache (0 where there is none).
+    pub index_widths: Vec<usize>,
+}
+
+impl KvLayout {
+    /// The same shape on every layer, no indexer.
+    pub fn uniform(layers: usize, shape: KvShape) -> KvLayout {
+        KvLayout {
+            shape,
+            layers,
+            index_widths: vec![0; layers],
+        }
+    }
+
+    /// The layout a loaded model's blocks give.
+    pub fn of(model: &Transformer) -> KvLayout {
+        KvLayout {
+            shape: model.info.kv,
+            layers: model.layers.len(),
+            index_widths: index_key_widths(model).collect(),
+        }
+    }
+
+    /// Bytes per position over all layers (f32 elements).
+    pub fn bytes_per_position(&self) -> usize {
+        let per_layer = self.shape.key_width + self.shape.value_width;
+        (self.layers * per_layer + self.index_widths.iter().sum::<usize>())
+            * std::mem::size_of::<f32>()
+    }
+}
+
 /// Key/value cache: per layer `[capacity, key width]` keys and `[capacity, value width]`
 /// values (see [`KvShape`]), plus the DSA indexer's keys on layers that run an indexer.
 #[derive(Debug)]
@@ -58,10 +98,7 @@ impl KvCache {
 
     /// Bytes [`KvCache::new`] allocates for `capacity` positions, without allocating.
     pub fn bytes_for(model: &Transformer, capacity: usize) -> usize {
-        let kv = model.info.kv;
-        let per_pos = model.layers.len() * (kv.key_width + kv.value_width)
-            + index_key_widths(model).sum::<usize>();
-        per_pos * capacity * std::mem::size_of::<f32>()
+        KvLayout::of(model).bytes_per_position() * capacity
     }
 
     /// Bytes the cache holds.

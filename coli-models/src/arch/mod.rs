@@ -29,7 +29,7 @@ use coli_kernels::rope::{apply as apply_rope, RopeLayout, RopeTable};
 
 pub use self::dsa::{Dsa, Indexer};
 pub use self::gqa::{Attention, QkNorm};
-pub use self::kv::{KvCache, KvShape};
+pub use self::kv::{KvCache, KvLayout, KvShape};
 pub use self::layer::{Ffn, Layer, Mixer};
 pub use self::linears::LinearRole;
 pub use self::mla::{Mla, MlaQuery};

@@ -172,3 +172,33 @@ impl Transformer {
         s.bytes()
     }
 }
+
+/// An upper bound of the scratch one decode step at `ctx` positions needs, from config keys
+/// alone (the planner's figure): the logits, [`ATTENTION_TASKS`] rows of scores, the
+/// per-token activations and the widest intermediate. A coli-plan test checks it against
+/// [`Transformer::scratch_bytes`] on every fixture.
+pub fn decode_bytes_bound(config: &coli_core::RawConfig, ctx: usize) -> usize {
+    let v = &config.value;
+    let num = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0) as usize;
+    let (vocab, hidden) = (num("vocab_size"), num("hidden_size"));
+    let heads = num("num_attention_heads").max(1);
+    let top_k = num("num_experts_per_tok").max(1);
+    let experts = num("n_routed_experts")
+        .max(num("num_experts"))
+        .max(num("num_local_experts"));
+    let wide = [
+        num("intermediate_size"),
+        num("moe_intermediate_size") * top_k,
+        num("shared_expert_intermediate_size"),
+        heads * (num("kv_lora_rank") + num("qk_rope_head_dim") + num("v_head_dim")),
+        heads * num("head_dim").max(hidden / heads) * 2,
+        num("index_n_heads") * num("index_head_dim"),
+        hidden * 4,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    let floats = vocab + ATTENTION_TASKS * ctx + 16 * hidden + 4 * wide + 2 * experts;
+    let words = ATTENTION_TASKS * ctx + 4 * experts + 4 * top_k + 8;
+    floats * 4 + words * std::mem::size_of::<usize>()
+}

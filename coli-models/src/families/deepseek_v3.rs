@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::arch::mla::{self, Mla, MlaConfig};
 use crate::arch::moe::SigmoidMoeConfig;
-use crate::arch::{Ffn, Mixer, Transformer};
+use crate::arch::{Ffn, KvLayout, KvShape, Mixer, Transformer};
 use crate::error::Result;
 use crate::families::skeleton::{CommonConfig, Defaults, Skeleton};
 use crate::families::{Capability, Family};
@@ -68,6 +68,14 @@ impl Family for DeepseekV3 {
         Capability::SharedExperts,
         Capability::Dense,
     ];
+    fn kv_layout(dir: &ModelDir) -> Result<KvLayout> {
+        let cfg: DeepseekV3Config = dir.config.deserialize()?;
+        let dims = cfg.mla.dims(cfg.common.num_attention_heads);
+        dims.validate(dir)?;
+        let shape = KvShape::mla(dims.kv_lora_rank, dims.rope);
+        Ok(KvLayout::uniform(cfg.common.num_hidden_layers, shape))
+    }
+
     fn load(dir: &ModelDir) -> Result<Transformer> {
         let cfg: DeepseekV3Config = dir.config.deserialize()?;
         let c = &dir.config;

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::arch::mla::{self, Mla, MlaConfig};
 use crate::arch::moe::SigmoidMoeConfig;
-use crate::arch::{Dsa, Ffn, Indexer, Mixer, Transformer};
+use crate::arch::{Dsa, Ffn, Indexer, KvLayout, KvShape, Mixer, Transformer};
 use crate::error::Result;
 use crate::families::skeleton::{CommonConfig, Defaults, Skeleton};
 use crate::families::{Capability, Family};
@@ -77,6 +77,23 @@ impl Family for GlmMoeDsa {
         Capability::SharedExperts,
         Capability::Dense,
     ];
+    fn kv_layout(dir: &ModelDir) -> Result<KvLayout> {
+        let cfg: GlmMoeDsaConfig = dir.config.deserialize()?;
+        let dims = cfg.mla.dims(cfg.common.num_attention_heads);
+        dims.validate(dir)?;
+        let n = cfg.common.num_hidden_layers;
+        let mut layout = KvLayout::uniform(n, KvShape::mla(dims.kv_lora_rank, dims.rope));
+        // Layers with their own indexer keep its keys too.
+        for (w, full) in layout
+            .index_widths
+            .iter_mut()
+            .zip(indexer_types(&cfg, dir)?)
+        {
+            *w = if full { cfg.index_head_dim } else { 0 };
+        }
+        Ok(layout)
+    }
+
     fn load(dir: &ModelDir) -> Result<Transformer> {
         let cfg: GlmMoeDsaConfig = dir.config.deserialize()?;
         let c = &dir.config;

@@ -18,7 +18,8 @@ use std::path::Path;
 
 use coli_core::ModelDir;
 
-use crate::arch::Transformer;
+use crate::arch::layer::head_dim;
+use crate::arch::{KvLayout, KvShape, Transformer};
 use crate::error::{ModelError, Result};
 
 /// What a family can do (shown by `coli info`).
@@ -57,6 +58,18 @@ pub trait Family {
     const LAYOUT: TensorLayout = TensorLayout::STANDARD;
     /// Builds the model from an opened directory (config checked, tensors shape-checked).
     fn load(dir: &ModelDir) -> Result<Transformer>;
+    /// What the KV cache holds per position, from the config alone (no tensor read). The
+    /// default: grouped-query attention from the shared keys. Loading checks the answer
+    /// against the blocks, so the planner's figure is the allocation's.
+    fn kv_layout(dir: &ModelDir) -> Result<KvLayout> {
+        let c: skeleton::CommonConfig = dir.config.deserialize()?;
+        let n_kv = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
+        let hd = head_dim(dir, c.hidden_size, c.num_attention_heads, n_kv, c.head_dim)?;
+        Ok(KvLayout::uniform(
+            c.num_hidden_layers,
+            KvShape::gqa(n_kv, hd),
+        ))
+    }
 }
 
 /// Name patterns of a family's checkpoint: decoder layers are `model.layers.{L}.`; within a
@@ -155,6 +168,7 @@ pub const fn descriptor<F: Family>() -> FamilyDescriptor {
         capabilities: F::CAPABILITIES,
         layout: F::LAYOUT,
         load: F::load,
+        kv_layout: F::kv_layout,
     }
 }
 
@@ -170,6 +184,8 @@ pub struct FamilyDescriptor {
     pub layout: TensorLayout,
     /// Builds the model from an opened directory.
     pub load: fn(&ModelDir) -> Result<Transformer>,
+    /// The KV layout from the config alone.
+    pub kv_layout: fn(&ModelDir) -> Result<KvLayout>,
 }
 
 /// Every family coli implements.
@@ -208,6 +224,14 @@ pub fn lookup(model_type: &str) -> Result<&'static FamilyDescriptor> {
 pub fn load_dir(dir: &ModelDir) -> Result<Transformer> {
     let family = lookup(dir.config.model_type()?)?;
     let mut model = (family.load)(dir)?;
+    let said = (family.kv_layout)(dir)?;
+    let built = KvLayout::of(&model);
+    if said != built {
+        return Err(ModelError::Inconsistent(format!(
+            "{}: the family's KV layout {said:?} differs from its blocks' {built:?}",
+            family.display_name
+        )));
+    }
     model.make_resident()?;
     Ok(model)
 }
