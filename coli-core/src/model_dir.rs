@@ -32,7 +32,6 @@ impl Shard {
     /// Maps and validates one safetensors file.
     pub fn open(path: &Path) -> Result<Shard> {
         let file = File::open(path).map_err(|e| CoreError::io(path, e))?;
-        let len = file.metadata().map_err(|e| CoreError::io(path, e))?.len();
         // SAFETY: the mapping is read-only; coli never writes model files in place (every
         // writer renames a finished temp file over the old one), so the bytes behind the map
         // stay those of the file we validated below.
@@ -45,6 +44,9 @@ impl Shard {
             path: path.to_path_buf(),
             msg,
         };
+        // The mapping's length, not an earlier stat: a file that changed size in between
+        // must not make the header slice below run past the mapping.
+        let len = map.len() as u64;
         let n = header_len(&map[..map.len().min(8)], len).map_err(bad)?;
         let header = parse_header(&map[8..8 + n], len).map_err(bad)?;
         Ok(Shard {
@@ -390,41 +392,76 @@ fn locate(file_name: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
     dirs.iter().map(|d| d.join(file_name)).find(|p| p.is_file())
 }
 
-/// Reads `model.safetensors.index.json`: the shard file names (sorted, unique) and the weight map.
+/// A JSON string borrowed from the input when it has no escapes (no allocation per key).
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The shard names of an index's weight map (distinct, sorted), read without building
+/// the map; a tensor name given twice fails (the full parse then names it).
+struct Names(BTreeSet<String>);
+impl<'de> serde::Deserialize<'de> for Names {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Names;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a weight_map object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> std::result::Result<Names, A::Error> {
+                let mut set = BTreeSet::new();
+                let mut keys = std::collections::HashSet::new();
+                while let Some(key) = m.next_key::<Key<'de>>()? {
+                    if !keys.insert(key.0) {
+                        // The full parse names the key.
+                        return Err(serde::de::Error::custom("duplicate tensor name"));
+                    }
+                    let file: std::borrow::Cow<'de, str> = m.next_value()?;
+                    if !set.contains(file.as_ref()) {
+                        set.insert(file.into_owned());
+                    }
+                }
+                Ok(Names(set))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
 /// The distinct shard names of an index, sorted, validated as plain file names.
 fn index_file_names(path: &Path) -> Result<Vec<String>> {
-    struct Names(BTreeSet<String>);
-    impl<'de> serde::Deserialize<'de> for Names {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-            struct V;
-            impl<'de> serde::de::Visitor<'de> for V {
-                type Value = Names;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("a weight_map object")
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(
-                    self,
-                    mut m: A,
-                ) -> std::result::Result<Names, A::Error> {
-                    let mut set = BTreeSet::new();
-                    while m.next_key::<serde::de::IgnoredAny>()?.is_some() {
-                        let file: std::borrow::Cow<'de, str> = m.next_value()?;
-                        if !set.contains(file.as_ref()) {
-                            set.insert(file.into_owned());
-                        }
-                    }
-                    Ok(Names(set))
-                }
-            }
-            d.deserialize_map(V)
-        }
-    }
+    let text = std::fs::read(path).map_err(|e| CoreError::io(path, e))?;
+    index_file_names_from(path, &text)
+}
+
+/// [`index_file_names`] of index text already read; `path` is only used in messages.
+#[doc(hidden)]
+pub fn index_file_names_from(path: &Path, text: &[u8]) -> Result<Vec<String>> {
     #[derive(serde::Deserialize)]
     struct Index {
         weight_map: Names,
     }
-    let text = std::fs::read(path).map_err(|e| CoreError::io(path, e))?;
-    match serde_json::from_slice::<Index>(&text) {
+    match serde_json::from_slice::<Index>(text) {
         Ok(i) => {
             for file in &i.weight_map.0 {
                 if file.contains('/') || file.contains('\\') || file == ".." {
@@ -437,26 +474,35 @@ fn index_file_names(path: &Path) -> Result<Vec<String>> {
             Ok(i.weight_map.0.into_iter().collect())
         }
         // Not well-formed: the full parse says what is wrong.
-        Err(_) => read_index(path).map(|(names, _)| names),
+        Err(_) => parse_index(path, text).map(|(names, _)| names),
     }
 }
 
 fn read_index(path: &Path) -> Result<(Vec<String>, HashMap<String, String>)> {
+    let text = std::fs::read(path).map_err(|e| CoreError::io(path, e))?;
+    parse_index(path, &text)
+}
+
+/// Parses the text of `model.safetensors.index.json`: the shard file names (sorted,
+/// unique, each a plain file name) and the weight map. A tensor name given twice in the
+/// weight map is an error (which file holds it would depend on the JSON reader).
+/// `path` is only used in messages.
+pub fn parse_index(path: &Path, text: &[u8]) -> Result<(Vec<String>, HashMap<String, String>)> {
     #[derive(serde::Deserialize)]
     struct Typed {
-        weight_map: HashMap<String, String>,
+        weight_map: crate::json::UniqueKeys<String>,
     }
     #[derive(serde::Deserialize)]
     struct Loose {
         weight_map: Option<HashMap<String, Value>>,
     }
-    let text = std::fs::read(path).map_err(|e| CoreError::io(path, e))?;
     // Well-formed indexes take the typed parse; anything else is parsed loosely to say
     // what is wrong.
-    let map: HashMap<String, String> = match serde_json::from_slice::<Typed>(&text) {
-        Ok(t) => t.weight_map,
+    let map: HashMap<String, String> = match serde_json::from_slice::<Typed>(text) {
+        Ok(t) => t.weight_map.0.into_iter().collect(),
         Err(_) => {
-            let v: Loose = serde_json::from_slice(&text)
+            crate::json::check_no_duplicate_keys(text).map_err(|m| index_err(path, m))?;
+            let v: Loose = serde_json::from_slice(text)
                 .map_err(|e| index_err(path, format!("not valid JSON: {e}")))?;
             let map = v
                 .weight_map
