@@ -1,8 +1,8 @@
 //! Entry points shared by the cargo-fuzz targets (`fuzz/`, nightly) and the stable seeded
 //! tests (`coli-core/tests/fuzz_seeded.rs`), plus the input makers both use.
 //!
-//! Each entry point feeds untrusted bytes to one parser exactly as coli does. Errors are
-//! fine; a panic is a bug found: either the parser panicked, or it accepted input that
+//! Each entry point feeds untrusted bytes to one parser exactly as coli does and returns
+//! whether the parser accepted them. Errors are fine; a panic is a bug found: either the parser panicked, or it accepted input that
 //! breaks the contract checked here (ranges inside the file, sizes matching shapes,
 //! no overlapping tensors, every accepted tensor convertible).
 
@@ -26,9 +26,9 @@ pub const GGML_TYPES: [GgmlType; 6] = [
 
 /// A whole safetensors file: header validation, then every tensor coli computes with
 /// converted to f32.
-pub fn safetensors(data: &[u8]) {
+pub fn safetensors(data: &[u8]) -> bool {
     let Ok(h) = parse_file_bytes(data) else {
-        return;
+        return false;
     };
     let mut spans = Vec::new();
     for (name, e) in &h.tensors {
@@ -51,11 +51,12 @@ pub fn safetensors(data: &[u8]) {
     for w in spans.windows(2) {
         assert!(w[0].end <= w[1].start, "accepted overlapping tensors");
     }
+    true
 }
 
 /// `model.safetensors.index.json`: the full parse and the names-only parse agree, and
 /// every shard name is a plain file name.
-pub fn safetensors_index(data: &[u8]) {
+pub fn safetensors_index(data: &[u8]) -> bool {
     let path = Path::new("model.safetensors.index.json");
     let full = parse_index(path, data);
     let names = index_file_names_from(path, data);
@@ -73,16 +74,18 @@ pub fn safetensors_index(data: &[u8]) {
                 assert!(!f.contains('/') && !f.contains('\\') && f != "..");
             }
         }
-        (Err(_), Err(_)) => {}
+        (Err(_), Err(_)) => return false,
         _ => panic!("the two index parses disagree: {full:?} vs {names:?}"),
     }
+    true
 }
 
 /// A GGUF file: parse, then dequantize every tensor; and raw bytes dequantized as each type.
-pub fn gguf(data: &[u8]) {
-    if let Ok((_, tensors)) = gguf::parse(data) {
+pub fn gguf(data: &[u8]) -> bool {
+    let parsed = gguf::parse(data);
+    if let Ok((_, tensors)) = &parsed {
         let mut total = 0usize;
-        for t in &tensors {
+        for t in tensors {
             assert!(t.range.start <= t.range.end && t.range.end <= data.len());
             let numel = t
                 .dims
@@ -114,15 +117,16 @@ pub fn gguf(data: &[u8]) {
             assert!(gguf::dequantize(ty, data, &mut out).is_err());
         }
     }
+    parsed.is_ok()
 }
 
 /// `config.json` and every shared key coli reads from it.
-pub fn config(data: &[u8]) {
+pub fn config(data: &[u8]) -> bool {
     let Ok(text) = std::str::from_utf8(data) else {
-        return;
+        return false;
     };
     let Ok(c) = RawConfig::parse(Path::new("config.json"), text) else {
-        return;
+        return false;
     };
     let _ = c.model_type();
     let _ = c.eos_token_ids();
@@ -136,6 +140,7 @@ pub fn config(data: &[u8]) {
             let _ = y.attention_factor();
         }
     }
+    true
 }
 
 /// A small deterministic generator (SplitMix64), so seeded runs repeat exactly.
