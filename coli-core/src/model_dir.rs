@@ -26,6 +26,9 @@ pub struct Shard {
     pub map: Arc<Mmap>,
     /// Its validated header.
     pub header: Header,
+    /// The open file behind the mapping: `pread`s go to the same file the header was
+    /// validated from, even if the path is renamed over afterwards.
+    file: Arc<File>,
 }
 
 impl Shard {
@@ -53,6 +56,7 @@ impl Shard {
             path: path.to_path_buf(),
             map: Arc::new(map),
             header,
+            file: Arc::new(file),
         })
     }
 }
@@ -72,10 +76,15 @@ pub struct TensorView {
     range: Range<usize>,
     file_offset: u64,
     resident: bool,
+    handle: Arc<File>,
 }
 
 impl TensorView {
     /// The raw little-endian bytes.
+    ///
+    /// For a view that is not resident (see [`make_resident`]) these are read through the
+    /// shard's mapping: if the shard is truncated while mapped, touching a page past the
+    /// new end raises SIGBUS. Prefer [`TensorView::read_bytes`] for one-off reads.
     pub fn bytes(&self) -> &[u8] {
         &self.map[self.range.clone()]
     }
@@ -114,9 +123,26 @@ impl TensorView {
         Ok(self)
     }
 
-    /// All elements converted to f32.
+    /// A copy of the raw bytes: from the resident copy, or read with `pread` from the
+    /// shard (never through its mapping), so a shard truncated since it was opened is an
+    /// I/O error naming it rather than a SIGBUS.
+    pub fn read_bytes(&self) -> Result<Vec<u8>> {
+        if self.resident {
+            return Ok(self.bytes().to_vec());
+        }
+        let mut out = vec![0u8; self.range.len()];
+        std::os::unix::fs::FileExt::read_exact_at(&*self.handle, &mut out, self.file_offset)
+            .map_err(|e| CoreError::io(&self.file, e))?;
+        Ok(out)
+    }
+
+    /// All elements converted to f32 (read as [`TensorView::read_bytes`] does).
     pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
-        Ok(self.dtype()?.to_f32_vec(self.bytes()))
+        let dtype = self.dtype()?;
+        if self.resident {
+            return Ok(dtype.to_f32_vec(self.bytes()));
+        }
+        Ok(dtype.to_f32_vec(&self.read_bytes()?))
     }
 }
 
@@ -151,21 +177,16 @@ pub fn make_resident(views: &[&TensorView]) -> Result<Vec<TensorView>> {
     let _ = map.advise(memmap2::Advice::HugePage);
     // File-backed views are read with pread (large sequential reads), not through their
     // mapping: shard mappings are advised random-access so that touching one small tensor
-    // does not read megabytes around it.
-    let mut files: HashMap<PathBuf, File> = HashMap::new();
+    // does not read megabytes around it, and a shard truncated since it was opened is an
+    // I/O error here, not a SIGBUS. The reads go to the file that was opened and
+    // validated, not to whatever the path names now.
     for (v, &off) in views.iter().zip(&offsets) {
         let dst = &mut map[off..off + v.range.len()];
         if v.resident {
             dst.copy_from_slice(v.bytes());
             continue;
         }
-        let f = match files.entry(v.file.clone()) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(File::open(&v.file).map_err(|x| CoreError::io(&v.file, x))?)
-            }
-        };
-        std::os::unix::fs::FileExt::read_exact_at(&*f, dst, v.file_offset)
+        std::os::unix::fs::FileExt::read_exact_at(&*v.handle, dst, v.file_offset)
             .map_err(|x| CoreError::io(&v.file, x))?;
     }
     let map = Arc::new(
@@ -184,6 +205,7 @@ pub fn make_resident(views: &[&TensorView]) -> Result<Vec<TensorView>> {
             range: off..off + v.range.len(),
             file_offset: v.file_offset,
             resident: true,
+            handle: v.handle.clone(),
         })
         .collect())
 }
@@ -347,6 +369,7 @@ impl ModelDir {
             range: e.file_range.clone(),
             file_offset: e.file_range.start as u64,
             resident: false,
+            handle: shard.file.clone(),
         })
     }
 

@@ -257,3 +257,83 @@ fn shard_truncated_after_open_fails_make_resident_with_an_io_error() {
     // The copy made before the truncation is unaffected.
     assert_eq!(resident[0].to_f32_vec().unwrap()[1023], 7.5);
 }
+
+#[test]
+fn to_f32_vec_after_truncation_is_an_io_error_not_sigbus() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shard = model_dir(tmp.path());
+    let dir = ModelDir::open(tmp.path()).unwrap();
+    let b = dir.tensor("b").unwrap();
+    assert_eq!(b.to_f32_vec().unwrap()[1023], 7.5);
+    let len = std::fs::metadata(&shard).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(len - 4096)
+        .unwrap();
+    match b.to_f32_vec() {
+        Err(CoreError::Io { path, .. }) => assert_eq!(path, shard),
+        other => panic!("expected an I/O error, got {:?}", other.map(|v| v.len())),
+    }
+    assert!(b.read_bytes().is_err());
+    // "a" still lies wholly inside the file: read as before.
+    assert_eq!(dir.tensor("a").unwrap().to_f32_vec().unwrap().len(), 1024);
+}
+
+#[test]
+fn reads_after_open_go_to_the_validated_file_even_if_the_path_is_replaced() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shard = model_dir(tmp.path());
+    let dir = ModelDir::open(tmp.path()).unwrap();
+    // Another writer renames a new file over the path (as coli's own writers do).
+    let other = tmp.path().join("other");
+    std::fs::write(&other, vec![0xffu8; 9000]).unwrap();
+    std::fs::rename(&other, &shard).unwrap();
+    let b = dir.tensor("b").unwrap();
+    assert_eq!(b.to_f32_vec().unwrap()[1023], 7.5);
+    let r = make_resident(&[&b]).unwrap();
+    assert_eq!(r[0].to_f32_vec().unwrap()[1023], 7.5);
+}
+
+/// Documents the remaining hazard: `TensorView::bytes()` of a non-resident view reads
+/// through the mapping, and a page past the end of a shard truncated since it was mapped
+/// raises SIGBUS (the process dies; no error can be returned). Run in a child process.
+#[test]
+fn bytes_through_a_truncated_mapping_raise_sigbus() {
+    const CHILD: &str = "COLI_SIGBUS_CHILD_DIR";
+    if let Some(root) = std::env::var_os(CHILD) {
+        let root = Path::new(&root);
+        let shard = root.join("model.safetensors");
+        let dir = ModelDir::open(root).unwrap();
+        let b = dir.tensor("b").unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&shard)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let sum: u32 = b.bytes().iter().map(|&x| x as u32).sum();
+        println!("read {sum} without a fault");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    model_dir(tmp.path());
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "bytes_through_a_truncated_mapping_raise_sigbus",
+            "--nocapture",
+        ])
+        .env(CHILD, tmp.path())
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    const SIGBUS: i32 = 7; // Linux x86-64 and aarch64.
+    assert_eq!(
+        status.status.signal(),
+        Some(SIGBUS),
+        "{status:?}: {}",
+        String::from_utf8_lossy(&status.stdout)
+    );
+}
