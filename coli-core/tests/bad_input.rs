@@ -337,3 +337,30 @@ fn bytes_through_a_truncated_mapping_raise_sigbus() {
         String::from_utf8_lossy(&status.stdout)
     );
 }
+
+/// The stricter checks (overlaps, duplicate keys, index names) still accept every committed
+/// fixture checkpoint, and every tensor in them converts.
+#[test]
+fn committed_fixtures_still_open() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let mut opened = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.join("config.json").is_file() {
+            continue;
+        }
+        let m = ModelDir::open(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for name in m.tensor_names() {
+            let t = m.tensor(name).unwrap();
+            if t.dtype().is_ok() {
+                assert_eq!(t.to_f32_vec().unwrap().len(), t.numel(), "{name}");
+            }
+        }
+        opened += 1;
+    }
+    assert!(
+        opened >= 20,
+        "only {opened} fixtures found in {}",
+        root.display()
+    );
+}

