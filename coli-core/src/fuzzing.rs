@@ -27,8 +27,12 @@ pub const GGML_TYPES: [GgmlType; 6] = [
 /// A whole safetensors file: header validation, then every tensor coli computes with
 /// converted to f32.
 pub fn safetensors(data: &[u8]) -> bool {
-    let Ok(h) = parse_file_bytes(data) else {
-        return false;
+    let h = match parse_file_bytes(data) {
+        Ok(h) => h,
+        Err(e) => {
+            assert!(!e.is_empty(), "an error without a message");
+            return false;
+        }
     };
     let mut spans = Vec::new();
     for (name, e) in &h.tensors {
@@ -74,7 +78,10 @@ pub fn safetensors_index(data: &[u8]) -> bool {
                 assert!(!f.contains('/') && !f.contains('\\') && f != "..");
             }
         }
-        (Err(_), Err(_)) => return false,
+        (Err(a), Err(b)) => {
+            assert!(!a.to_string().is_empty() && !b.to_string().is_empty());
+            return false;
+        }
         _ => panic!("the two index parses disagree: {full:?} vs {names:?}"),
     }
     true
@@ -83,6 +90,9 @@ pub fn safetensors_index(data: &[u8]) -> bool {
 /// A GGUF file: parse, then dequantize every tensor; and raw bytes dequantized as each type.
 pub fn gguf(data: &[u8]) -> bool {
     let parsed = gguf::parse(data);
+    if let Err(e) = &parsed {
+        assert!(!e.is_empty(), "an error without a message");
+    }
     if let Ok((_, tensors)) = &parsed {
         let mut total = 0usize;
         for t in tensors {
