@@ -6,8 +6,9 @@
 //! (name, dims innermost first, ggml type, offset into the data section), then
 //! the data section at the next multiple of `general.alignment` (default 32).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
@@ -134,6 +135,10 @@ impl GgufTensor {
 }
 
 /// An opened, validated GGUF file.
+///
+/// The header is parsed through a mapping that is dropped when `open` returns; tensor
+/// data is read with `pread`, so a file truncated after opening gives an I/O error
+/// naming the file, not a SIGBUS.
 pub struct GgufFile {
     /// Where it is.
     pub path: PathBuf,
@@ -141,7 +146,7 @@ pub struct GgufFile {
     pub metadata: BTreeMap<String, GgufValue>,
     /// Tensor directory in file order.
     pub tensors: Vec<GgufTensor>,
-    map: Mmap,
+    file: File,
 }
 
 struct Reader<'a> {
@@ -240,14 +245,26 @@ pub fn parse(buf: &[u8]) -> Result<(BTreeMap<String, GgufValue>, Vec<GgufTensor>
     let n_kv = r.len("metadata")?;
     let mut metadata = BTreeMap::new();
     for _ in 0..n_kv {
+        let at = r.pos;
         let key = r.string()?;
         let ty = r.u32()?;
         let v = r.value(ty, 0)?;
+        if metadata.contains_key(&key) {
+            return Err(format!(
+                "metadata key \"{key}\" at byte {at} appears twice (each key once expected)"
+            ));
+        }
         metadata.insert(key, v);
     }
     let mut infos = Vec::with_capacity(n_tensors.min(1 << 16));
+    let mut names = BTreeSet::new();
     for _ in 0..n_tensors {
         let name = r.string()?;
+        if !names.insert(name.clone()) {
+            return Err(format!(
+                "tensor \"{name}\" appears twice in the tensor directory (each name once expected)"
+            ));
+        }
         let nd = r.u32()?;
         if nd > 4 {
             return Err(format!("tensor \"{name}\": {nd} dimensions (at most 4)"));
@@ -266,27 +283,41 @@ pub fn parse(buf: &[u8]) -> Result<(BTreeMap<String, GgufValue>, Vec<GgufTensor>
             .filter(|a| a.is_power_of_two())
             .ok_or("general.alignment is not a power of two")? as usize,
     };
-    let data_start = r.pos.div_ceil(alignment) * alignment;
+    let data_start = r
+        .pos
+        .checked_next_multiple_of(alignment)
+        .ok_or("data section start overflows")?;
     let mut tensors = Vec::with_capacity(infos.len());
     for (name, dims, ty_id, offset) in infos {
         let ty = GgmlType::from_id(ty_id)
             .ok_or_else(|| format!("tensor \"{name}\": ggml type {ty_id} is not supported (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0)"))?;
-        let numel = dims
-            .iter()
-            .try_fold(1usize, |a, &d| a.checked_mul(d))
+        let numel = checked_numel(&dims)
             .ok_or_else(|| format!("tensor \"{name}\": dims {dims:?} overflow"))?;
         let (bs, bb) = ty.block();
-        if dims.first().is_some_and(|&d| d % bs != 0) {
+        if dims.first().is_some_and(|&d| !d.is_multiple_of(bs)) {
             return Err(format!(
-                "tensor \"{name}\": row length {} is not a multiple of the block size {bs}",
+                "tensor \"{name}\": row length {} is not a multiple of the {ty:?} block size {bs}",
                 dims[0]
+            ));
+        }
+        // A tensor with no dims is one element: not a whole block of a quantized type.
+        if !numel.is_multiple_of(bs) {
+            return Err(format!(
+                "tensor \"{name}\": dims {dims:?} hold {numel} elements, not a whole number of {ty:?} blocks of {bs}"
             ));
         }
         let bytes = (numel / bs)
             .checked_mul(bb)
-            .ok_or("tensor size overflows")?;
+            .ok_or_else(|| format!("tensor \"{name}\": size overflows"))?;
+        if !offset.is_multiple_of(alignment as u64) {
+            return Err(format!(
+                "tensor \"{name}\": offset {offset} is not a multiple of the alignment {alignment}"
+            ));
+        }
+        let offset = usize::try_from(offset)
+            .map_err(|_| format!("tensor \"{name}\": offset {offset} overflows"))?;
         let start = data_start
-            .checked_add(offset as usize)
+            .checked_add(offset)
             .ok_or_else(|| format!("tensor \"{name}\": offset overflows"))?;
         let end = start.checked_add(bytes).filter(|&e| e <= buf.len()).ok_or_else(|| {
             format!("tensor \"{name}\": data [{start}, {start}+{bytes}) runs past the end of the file ({} bytes)", buf.len())
@@ -298,7 +329,31 @@ pub fn parse(buf: &[u8]) -> Result<(BTreeMap<String, GgufValue>, Vec<GgufTensor>
             range: start..end,
         });
     }
+    check_no_overlap(&tensors)?;
     Ok((metadata, tensors))
+}
+
+/// Tensor data must not overlap (llama.cpp lays tensors out one after another): a file
+/// whose tensors all alias one range would otherwise make an import allocate
+/// (tensor count × range) bytes from a small file.
+fn check_no_overlap(tensors: &[GgufTensor]) -> Result<(), String> {
+    let mut spans: Vec<&GgufTensor> = tensors.iter().filter(|t| !t.range.is_empty()).collect();
+    spans.sort_by_key(|t| (t.range.start, t.range.end));
+    let mut furthest: Option<&GgufTensor> = None;
+    for t in spans {
+        if let Some(f) = furthest {
+            if t.range.start < f.range.end {
+                return Err(format!(
+                    "tensors \"{}\" [{}, {}) and \"{}\" [{}, {}) overlap in the data section",
+                    f.name, f.range.start, f.range.end, t.name, t.range.start, t.range.end
+                ));
+            }
+        }
+        if furthest.is_none_or(|f| t.range.end > f.range.end) {
+            furthest = Some(t);
+        }
+    }
+    Ok(())
 }
 
 impl GgufFile {
@@ -311,11 +366,12 @@ impl GgufFile {
             path: path.to_path_buf(),
             msg,
         })?;
+        drop(map);
         Ok(GgufFile {
             path: path.to_path_buf(),
             metadata,
             tensors,
-            map,
+            file,
         })
     }
 
@@ -332,12 +388,37 @@ impl GgufFile {
         self.tensors.iter().find(|t| t.name == name)
     }
 
-    /// Dequantizes a tensor to f32, in storage order.
-    pub fn dequantize(&self, t: &GgufTensor) -> Vec<f32> {
-        let mut out = vec![0.0; t.numel()];
-        dequantize(t.ty, &self.map[t.range.clone()], &mut out);
-        out
+    /// Dequantizes a tensor to f32, in storage order. The bytes are read with `pread`: a
+    /// file that shrank since `open` is an I/O error, and a tensor entry whose size does
+    /// not match its range is a [`CoreError::Gguf`].
+    pub fn dequantize(&self, t: &GgufTensor) -> Result<Vec<f32>> {
+        let bad = |msg: String| CoreError::Gguf {
+            path: self.path.clone(),
+            msg: format!("tensor \"{}\": {msg}", t.name),
+        };
+        let numel =
+            checked_numel(&t.dims).ok_or_else(|| bad(format!("dims {:?} overflow", t.dims)))?;
+        let (bs, bb) = t.ty.block();
+        if !numel.is_multiple_of(bs) || numel / bs * bb != t.range.len() {
+            return Err(bad(format!(
+                "{numel} {:?} elements need {} bytes, the entry spans {}",
+                t.ty,
+                numel.div_ceil(bs) * bb,
+                t.range.len()
+            )));
+        }
+        let mut bytes = vec![0u8; t.range.len()];
+        self.file
+            .read_exact_at(&mut bytes, t.range.start as u64)
+            .map_err(|e| CoreError::io(&self.path, e))?;
+        let mut out = vec![0.0; numel];
+        dequantize(t.ty, &bytes, &mut out).map_err(bad)?;
+        Ok(out)
     }
+}
+
+fn checked_numel(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
 }
 
 #[inline]
@@ -346,13 +427,17 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
 }
 
 /// Dequantizes `bytes` of type `ty` into `out` (whole blocks), as ggml defines each type.
-pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
+/// `bytes` must be whole blocks holding exactly `out.len()` elements; anything else is an
+/// error saying both sizes (never a panic).
+pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), String> {
     let (bs, bb) = ty.block();
-    assert_eq!(
-        bytes.len() / bb * bs,
-        out.len(),
-        "dequantize: size mismatch"
-    );
+    if !bytes.len().is_multiple_of(bb) || bytes.len() / bb * bs != out.len() {
+        return Err(format!(
+            "{} bytes of {ty:?} (blocks of {bb} bytes, {bs} elements) do not hold the {} elements expected",
+            bytes.len(),
+            out.len()
+        ));
+    }
     match ty {
         GgmlType::F32 => crate::DType::F32.to_f32(bytes, out),
         GgmlType::F16 => crate::DType::F16.to_f32(bytes, out),
@@ -384,6 +469,7 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -430,7 +516,7 @@ mod tests {
             ("w", GgmlType::Q4_1, vec![32])
         );
         let mut out = vec![0.0; 32];
-        dequantize(t.ty, &buf[t.range.clone()], &mut out);
+        dequantize(t.ty, &buf[t.range.clone()], &mut out).unwrap();
         // Low nibbles hold j, high nibbles 15 - j: x = q * 0.5 - 1.
         for j in 0..16 {
             assert_eq!(out[j], j as f32 * 0.5 - 1.0);
@@ -443,12 +529,12 @@ mod tests {
         let mut b = half::f16::from_f32(0.25).to_bits().to_le_bytes().to_vec();
         b.extend((0..32).map(|i| (i as i8 - 16) as u8));
         let mut out = vec![0.0; 32];
-        dequantize(GgmlType::Q8_0, &b, &mut out);
+        dequantize(GgmlType::Q8_0, &b, &mut out).unwrap();
         assert_eq!(out[0], -4.0);
         assert_eq!(out[31], 3.75);
         let mut b = half::f16::from_f32(2.0).to_bits().to_le_bytes().to_vec();
         b.extend([0x9fu8; 16]);
-        dequantize(GgmlType::Q4_0, &b, &mut out);
+        dequantize(GgmlType::Q4_0, &b, &mut out).unwrap();
         assert_eq!((out[0], out[16]), ((15.0 - 8.0) * 2.0, (9.0 - 8.0) * 2.0));
     }
 

@@ -11,7 +11,10 @@
 pub mod config;
 pub mod dtype;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gguf;
+pub mod json;
 pub mod model_dir;
 pub mod safetensors_header;
 pub mod write;

@@ -26,13 +26,15 @@ pub struct Shard {
     pub map: Arc<Mmap>,
     /// Its validated header.
     pub header: Header,
+    /// The open file behind the mapping: `pread`s go to the same file the header was
+    /// validated from, even if the path is renamed over afterwards.
+    file: Arc<File>,
 }
 
 impl Shard {
     /// Maps and validates one safetensors file.
     pub fn open(path: &Path) -> Result<Shard> {
         let file = File::open(path).map_err(|e| CoreError::io(path, e))?;
-        let len = file.metadata().map_err(|e| CoreError::io(path, e))?.len();
         // SAFETY: the mapping is read-only; coli never writes model files in place (every
         // writer renames a finished temp file over the old one), so the bytes behind the map
         // stay those of the file we validated below.
@@ -45,12 +47,16 @@ impl Shard {
             path: path.to_path_buf(),
             msg,
         };
+        // The mapping's length, not an earlier stat: a file that changed size in between
+        // must not make the header slice below run past the mapping.
+        let len = map.len() as u64;
         let n = header_len(&map[..map.len().min(8)], len).map_err(bad)?;
         let header = parse_header(&map[8..8 + n], len).map_err(bad)?;
         Ok(Shard {
             path: path.to_path_buf(),
             map: Arc::new(map),
             header,
+            file: Arc::new(file),
         })
     }
 }
@@ -70,10 +76,15 @@ pub struct TensorView {
     range: Range<usize>,
     file_offset: u64,
     resident: bool,
+    handle: Arc<File>,
 }
 
 impl TensorView {
     /// The raw little-endian bytes.
+    ///
+    /// For a view that is not resident (see [`make_resident`]) these are read through the
+    /// shard's mapping: if the shard is truncated while mapped, touching a page past the
+    /// new end raises SIGBUS. Prefer [`TensorView::read_bytes`] for one-off reads.
     pub fn bytes(&self) -> &[u8] {
         &self.map[self.range.clone()]
     }
@@ -112,9 +123,26 @@ impl TensorView {
         Ok(self)
     }
 
-    /// All elements converted to f32.
+    /// A copy of the raw bytes: from the resident copy, or read with `pread` from the
+    /// shard (never through its mapping), so a shard truncated since it was opened is an
+    /// I/O error naming it rather than a SIGBUS.
+    pub fn read_bytes(&self) -> Result<Vec<u8>> {
+        if self.resident {
+            return Ok(self.bytes().to_vec());
+        }
+        let mut out = vec![0u8; self.range.len()];
+        std::os::unix::fs::FileExt::read_exact_at(&*self.handle, &mut out, self.file_offset)
+            .map_err(|e| CoreError::io(&self.file, e))?;
+        Ok(out)
+    }
+
+    /// All elements converted to f32 (read as [`TensorView::read_bytes`] does).
     pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
-        Ok(self.dtype()?.to_f32_vec(self.bytes()))
+        let dtype = self.dtype()?;
+        if self.resident {
+            return Ok(dtype.to_f32_vec(self.bytes()));
+        }
+        Ok(dtype.to_f32_vec(&self.read_bytes()?))
     }
 }
 
@@ -149,21 +177,16 @@ pub fn make_resident(views: &[&TensorView]) -> Result<Vec<TensorView>> {
     let _ = map.advise(memmap2::Advice::HugePage);
     // File-backed views are read with pread (large sequential reads), not through their
     // mapping: shard mappings are advised random-access so that touching one small tensor
-    // does not read megabytes around it.
-    let mut files: HashMap<PathBuf, File> = HashMap::new();
+    // does not read megabytes around it, and a shard truncated since it was opened is an
+    // I/O error here, not a SIGBUS. The reads go to the file that was opened and
+    // validated, not to whatever the path names now.
     for (v, &off) in views.iter().zip(&offsets) {
         let dst = &mut map[off..off + v.range.len()];
         if v.resident {
             dst.copy_from_slice(v.bytes());
             continue;
         }
-        let f = match files.entry(v.file.clone()) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(File::open(&v.file).map_err(|x| CoreError::io(&v.file, x))?)
-            }
-        };
-        std::os::unix::fs::FileExt::read_exact_at(&*f, dst, v.file_offset)
+        std::os::unix::fs::FileExt::read_exact_at(&*v.handle, dst, v.file_offset)
             .map_err(|x| CoreError::io(&v.file, x))?;
     }
     let map = Arc::new(
@@ -182,6 +205,7 @@ pub fn make_resident(views: &[&TensorView]) -> Result<Vec<TensorView>> {
             range: off..off + v.range.len(),
             file_offset: v.file_offset,
             resident: true,
+            handle: v.handle.clone(),
         })
         .collect())
 }
@@ -345,6 +369,7 @@ impl ModelDir {
             range: e.file_range.clone(),
             file_offset: e.file_range.start as u64,
             resident: false,
+            handle: shard.file.clone(),
         })
     }
 
@@ -390,41 +415,76 @@ fn locate(file_name: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
     dirs.iter().map(|d| d.join(file_name)).find(|p| p.is_file())
 }
 
-/// Reads `model.safetensors.index.json`: the shard file names (sorted, unique) and the weight map.
+/// A JSON string borrowed from the input when it has no escapes (no allocation per key).
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The shard names of an index's weight map (distinct, sorted), read without building
+/// the map; a tensor name given twice fails (the full parse then names it).
+struct Names(BTreeSet<String>);
+impl<'de> serde::Deserialize<'de> for Names {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Names;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a weight_map object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> std::result::Result<Names, A::Error> {
+                let mut set = BTreeSet::new();
+                let mut keys = std::collections::HashSet::new();
+                while let Some(key) = m.next_key::<Key<'de>>()? {
+                    if !keys.insert(key.0) {
+                        // The full parse names the key.
+                        return Err(serde::de::Error::custom("duplicate tensor name"));
+                    }
+                    let file: std::borrow::Cow<'de, str> = m.next_value()?;
+                    if !set.contains(file.as_ref()) {
+                        set.insert(file.into_owned());
+                    }
+                }
+                Ok(Names(set))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
 /// The distinct shard names of an index, sorted, validated as plain file names.
 fn index_file_names(path: &Path) -> Result<Vec<String>> {
-    struct Names(BTreeSet<String>);
-    impl<'de> serde::Deserialize<'de> for Names {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-            struct V;
-            impl<'de> serde::de::Visitor<'de> for V {
-                type Value = Names;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("a weight_map object")
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(
-                    self,
-                    mut m: A,
-                ) -> std::result::Result<Names, A::Error> {
-                    let mut set = BTreeSet::new();
-                    while m.next_key::<serde::de::IgnoredAny>()?.is_some() {
-                        let file: std::borrow::Cow<'de, str> = m.next_value()?;
-                        if !set.contains(file.as_ref()) {
-                            set.insert(file.into_owned());
-                        }
-                    }
-                    Ok(Names(set))
-                }
-            }
-            d.deserialize_map(V)
-        }
-    }
+    let text = std::fs::read(path).map_err(|e| CoreError::io(path, e))?;
+    index_file_names_from(path, &text)
+}
+
+/// [`index_file_names`] of index text already read; `path` is only used in messages.
+#[doc(hidden)]
+pub fn index_file_names_from(path: &Path, text: &[u8]) -> Result<Vec<String>> {
     #[derive(serde::Deserialize)]
     struct Index {
         weight_map: Names,
     }
-    let text = std::fs::read(path).map_err(|e| CoreError::io(path, e))?;
-    match serde_json::from_slice::<Index>(&text) {
+    match serde_json::from_slice::<Index>(text) {
         Ok(i) => {
             for file in &i.weight_map.0 {
                 if file.contains('/') || file.contains('\\') || file == ".." {
@@ -437,26 +497,35 @@ fn index_file_names(path: &Path) -> Result<Vec<String>> {
             Ok(i.weight_map.0.into_iter().collect())
         }
         // Not well-formed: the full parse says what is wrong.
-        Err(_) => read_index(path).map(|(names, _)| names),
+        Err(_) => parse_index(path, text).map(|(names, _)| names),
     }
 }
 
 fn read_index(path: &Path) -> Result<(Vec<String>, HashMap<String, String>)> {
+    let text = std::fs::read(path).map_err(|e| CoreError::io(path, e))?;
+    parse_index(path, &text)
+}
+
+/// Parses the text of `model.safetensors.index.json`: the shard file names (sorted,
+/// unique, each a plain file name) and the weight map. A tensor name given twice in the
+/// weight map is an error (which file holds it would depend on the JSON reader).
+/// `path` is only used in messages.
+pub fn parse_index(path: &Path, text: &[u8]) -> Result<(Vec<String>, HashMap<String, String>)> {
     #[derive(serde::Deserialize)]
     struct Typed {
-        weight_map: HashMap<String, String>,
+        weight_map: crate::json::UniqueKeys<String>,
     }
     #[derive(serde::Deserialize)]
     struct Loose {
         weight_map: Option<HashMap<String, Value>>,
     }
-    let text = std::fs::read(path).map_err(|e| CoreError::io(path, e))?;
     // Well-formed indexes take the typed parse; anything else is parsed loosely to say
     // what is wrong.
-    let map: HashMap<String, String> = match serde_json::from_slice::<Typed>(&text) {
-        Ok(t) => t.weight_map,
+    let map: HashMap<String, String> = match serde_json::from_slice::<Typed>(text) {
+        Ok(t) => t.weight_map.0.into_iter().collect(),
         Err(_) => {
-            let v: Loose = serde_json::from_slice(&text)
+            crate::json::check_no_duplicate_keys(text).map_err(|m| index_err(path, m))?;
+            let v: Loose = serde_json::from_slice(text)
                 .map_err(|e| index_err(path, format!("not valid JSON: {e}")))?;
             let map = v
                 .weight_map

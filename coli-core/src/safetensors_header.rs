@@ -3,7 +3,8 @@
 //! Layout: 8 bytes little-endian header length `n`, `n` bytes of JSON, then the
 //! data section. Every entry is checked: known dtype, shape product without
 //! overflow, `data_offsets` inside the data section, byte span equal to
-//! shape × dtype size, and no two tensors overlapping.
+//! shape × dtype size, no two tensors overlapping, and no key given twice (JSON
+//! parsers disagree on which of two equal keys wins, so a header with one is refused).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -95,26 +96,54 @@ pub fn parse_header(json: &[u8], file_len: u64) -> Result<Header, String> {
                     data_start,
                     data_len,
                 )?;
-                header.tensors.insert(name, entry);
+                if header.tensors.insert(name.clone(), entry).is_some() {
+                    return Err(duplicate_key(&name, "the header"));
+                }
             }
         }
-        Err(_) => parse_generic(text, data_start, data_len, &mut header)?,
+        Err(_) => {
+            crate::json::check_no_duplicate_keys(text.as_bytes())?;
+            parse_generic(text, data_start, data_len, &mut header)?
+        }
     }
+    check_no_overlap(&header)?;
+    Ok(header)
+}
+
+fn duplicate_key(key: &str, within: &str) -> String {
+    format!("key \"{key}\" appears twice in {within} (each key once expected)")
+}
+
+/// No two tensors share a byte. Zero-length tensors hold no bytes and are skipped (so
+/// one lying between two overlapping tensors cannot hide them); every other span is
+/// compared with the furthest end seen so far in start order, not just its neighbour.
+fn check_no_overlap(header: &Header) -> Result<(), String> {
     let mut spans: Vec<(&String, &Range<usize>)> = header
         .tensors
         .iter()
         .map(|(n, e)| (n, &e.file_range))
+        .filter(|(_, r)| !r.is_empty())
         .collect();
     spans.sort_by_key(|(_, r)| (r.start, r.end));
-    for w in spans.windows(2) {
-        let ((a, ra), (b, rb)) = (w[0], w[1]);
-        if rb.start < ra.end && !ra.is_empty() && !rb.is_empty() {
-            return Err(format!(
-                "tensors \"{a}\" and \"{b}\" overlap in the data section"
-            ));
+    let mut furthest: Option<(&String, &Range<usize>)> = None;
+    for (name, r) in spans {
+        if let Some((prev, pr)) = furthest {
+            if r.start < pr.end {
+                let base = header.data_start;
+                return Err(format!(
+                    "tensors \"{prev}\" (data_offsets [{}, {}]) and \"{name}\" (data_offsets [{}, {}]) overlap in the data section",
+                    pr.start - base,
+                    pr.end - base,
+                    r.start - base,
+                    r.end - base
+                ));
+            }
+        }
+        if furthest.is_none_or(|(_, pr)| r.end > pr.end) {
+            furthest = Some((name, r));
         }
     }
-    Ok(header)
+    Ok(())
 }
 
 /// The typed form of a well-formed header.
@@ -146,9 +175,13 @@ impl<'de> serde::Deserialize<'de> for FastHeader {
                     tensors: Vec::with_capacity(m.size_hint().unwrap_or(0)),
                     metadata: BTreeMap::new(),
                 };
+                let mut seen_metadata = false;
                 while let Some(k) = m.next_key::<String>()? {
                     if k == "__metadata__" {
-                        h.metadata = m.next_value()?;
+                        if std::mem::replace(&mut seen_metadata, true) {
+                            return Err(serde::de::Error::custom("duplicate __metadata__"));
+                        }
+                        h.metadata = m.next_value::<crate::json::UniqueKeys<String>>()?.0;
                     } else {
                         h.tensors.push((k, m.next_value()?));
                     }
