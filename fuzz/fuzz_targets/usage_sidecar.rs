@@ -7,10 +7,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Some(u) = coli_models::usage::parse(text) {
-        let again = coli_models::usage::parse(&coli_models::usage::render(&u))
+    if let Some(u) = coli_models::experts::usage::parse(text) {
+        let again = coli_models::experts::usage::parse(&coli_models::experts::usage::render(&u))
             .expect("rendered history parses");
-        let nonzero: coli_models::usage::Usage = u.into_iter().filter(|&(_, n)| n > 0).collect();
+        let nonzero: coli_models::experts::usage::Usage = u.into_iter().filter(|&(_, n)| n > 0).collect();
         assert_eq!(again, nonzero);
     }
 });

@@ -1,6 +1,6 @@
 //! Stable runs of the cargo-fuzz targets whose parsers live in coli-models: GGUF import
 //! (`coli_models::gguf_import::fuzzing::import`, into a temp directory) and the
-//! `.coli_usage` history (`coli_models::usage::parse`). Each runs the committed corpus
+//! `.coli_usage` history (`coli_models::experts::usage::parse`). Each runs the committed corpus
 //! (`fuzz/seeds/<target>/`) and a fixed number of seeded mutations through the same
 //! function the fuzz target calls; a panic fails the test. (The `.coli_analysis.json`
 //! target goes through coli-plan, which this crate does not depend on: fuzz only.)
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use coli_core::fuzzing::{mutate, Rng};
 use coli_models::gguf_import::fuzzing::{import, TinyLlama};
-use coli_models::usage;
+use coli_models::experts::usage;
 
 fn corpus_dir(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
