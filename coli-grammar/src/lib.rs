@@ -22,4 +22,7 @@ pub use cache::GrammarCache;
 pub use gbnf::{parse, Expr, Grammar, GrammarError, Rule};
 pub use mask::{TokenMask, TokenTrie};
 pub use matcher::{Compiled, Matcher};
-pub use schema::{compile_schema, schema_to_gbnf, SchemaError};
+pub use schema::{
+    compile_schema, compile_schema_value, schema_to_gbnf, SchemaError, SchemaInfo, SchemaNote,
+    Violation,
+};

@@ -9,9 +9,10 @@
 //! in the middle of a character.
 
 use crate::gbnf::{Expr, Grammar};
+use crate::schema::{SchemaInfo, SchemaNote, Violation};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A fast non-cryptographic hasher (the Fx mix) for the automaton's state index.
 #[derive(Default)]
@@ -70,6 +71,7 @@ pub struct Compiled {
     root: usize,
     start: StateData,
     dfa: Mutex<Dfa>,
+    schema: Option<Arc<SchemaInfo>>,
 }
 
 /// A position: rule, alternative, index of the next element.
@@ -668,6 +670,7 @@ impl Compiled {
             root: g.root,
             start: StateData::default(),
             dfa: Mutex::new(Dfa::default()),
+            schema: g.schema.clone(),
         };
         for (i, r) in g.rules.iter().enumerate() {
             let alts = c.alternatives(&r.expr);
@@ -773,6 +776,40 @@ impl Compiled {
         let dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
         let computed = dfa.trans.iter().filter(|&&t| t != UNKNOWN).count() + dfa.chars.len();
         (dfa.states.len(), computed, dfa.pnodes.len())
+    }
+
+    /// The JSON Schema this grammar was converted from, with its notes.
+    pub fn schema(&self) -> Option<&SchemaInfo> {
+        self.schema.as_deref()
+    }
+
+    /// Keywords of the schema that were ignored (unknown or vendor annotations), each
+    /// with keyword and path.
+    pub fn warnings(&self) -> &[SchemaNote] {
+        self.schema.as_deref().map_or(&[], SchemaInfo::warnings)
+    }
+
+    /// Where the grammar accepts more than the schema, each with keyword and path;
+    /// finished text is then validated ([`Compiled::check_complete`]).
+    pub fn relaxations(&self) -> &[SchemaNote] {
+        self.schema.as_deref().map_or(&[], SchemaInfo::relaxations)
+    }
+
+    /// Whether text the grammar accepts must still be validated against the schema.
+    pub fn needs_validation(&self) -> bool {
+        self.schema
+            .as_deref()
+            .is_some_and(SchemaInfo::needs_validation)
+    }
+
+    /// Checks text the grammar accepted as complete: always fine for an exact grammar;
+    /// for a relaxed one, the schema's validator decides (and repeated member names are
+    /// refused). A violation is reported, never ignored.
+    pub fn check_complete(&self, text: &str) -> Result<(), Violation> {
+        match self.schema.as_deref() {
+            Some(s) => s.check(text),
+            None => Ok(()),
+        }
     }
 
     /// A matcher at the start of the grammar.
@@ -1054,10 +1091,11 @@ impl<'g> Matcher<'g> {
         self.g
     }
 
-    /// Whether `text` is a whole sentence of the grammar (a fresh matcher, every byte, end).
+    /// Whether `text` is a whole sentence of the grammar (a fresh matcher, every byte, end)
+    /// and, when the grammar is a relaxed JSON Schema, valid against the schema.
     pub fn matches(g: &'g Compiled, text: &str) -> bool {
         let mut m = g.matcher();
-        m.accept_bytes(text.as_bytes()) && m.is_complete()
+        m.accept_bytes(text.as_bytes()) && m.is_complete() && g.check_complete(text).is_ok()
     }
 }
 
