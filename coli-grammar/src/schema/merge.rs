@@ -2,7 +2,7 @@
 //! merged are left out of the grammar (it then accepts more) and recorded as relaxations.
 
 use super::keywords::{kind, Kind};
-use super::visit::empty;
+use super::visit::{empty, CYCLE};
 use super::{err, Conv, SchemaError, MAX_NESTING};
 use serde_json::{Map, Value};
 
@@ -41,11 +41,20 @@ impl Conv<'_> {
             let po = if po.contains_key("$ref") || po.contains_key("allOf") {
                 let mut rest = po.clone();
                 let mut list = Vec::new();
+                let mut expanding = None;
                 if let Some(r) = rest.remove("$ref") {
                     let Some(r) = r.as_str() else {
                         return err(path, "$ref", "must be a string");
                     };
+                    if self.merging.iter().any(|m| m == r) {
+                        return err(
+                            path,
+                            "$ref",
+                            format!("{CYCLE} through allOf/$ref without consuming input ({r})"),
+                        );
+                    }
                     list.push(self.resolve(r, path)?.clone());
+                    expanding = Some(r.to_string());
                 }
                 if let Some(all) = rest.remove("allOf") {
                     let Some(a) = all.as_array().filter(|a| !a.is_empty()) else {
@@ -54,7 +63,13 @@ impl Conv<'_> {
                     list.extend(a.iter().cloned());
                 }
                 list.push(Value::Object(rest));
-                match self.merge_all(&list, path)? {
+                let pushed = expanding.is_some();
+                self.merging.extend(expanding);
+                let merged = self.merge_all(&list, path);
+                if pushed {
+                    self.merging.pop();
+                }
+                match merged? {
                     Value::Object(m) => m,
                     _ => unreachable!("merge returns objects"),
                 }

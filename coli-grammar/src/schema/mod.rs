@@ -107,6 +107,7 @@ const PRIMITIVES: &[(&str, &str)] = &[
     ),
     ("number", r#"integer frac? exp?"#),
     ("integer", r#""-"? ( "0" | [1-9] [0-9]* )"#),
+    ("integral", r#"integer ( "." "0"+ )?"#),
     ("frac", r#""." [0-9]+"#),
     ("exp", r#"[eE] [-+]? [0-9]+"#),
     ("boolean", r#""true" | "false""#),
@@ -121,6 +122,7 @@ fn prim_deps(name: &str) -> &'static [&'static str] {
         "array" => &["ws", "value"],
         "string" => &["char"],
         "number" => &["integer", "frac", "exp"],
+        "integral" => &["integer"],
         _ => &[],
     }
 }
@@ -145,6 +147,8 @@ pub(crate) struct Conv<'a> {
     /// Canonical text of a merged schema → its rule (so a recursion through `allOf` ends).
     merged: HashMap<String, String>,
     prims: Vec<&'static str>,
+    /// References being expanded by the merge in progress (a cycle is an error).
+    merging: Vec<String>,
     /// Subschemas visited at once.
     depth: usize,
     /// Subschemas visited so far.
@@ -164,6 +168,7 @@ impl<'a> Conv<'a> {
             refs: HashMap::new(),
             merged: HashMap::new(),
             prims: Vec::new(),
+            merging: Vec::new(),
             depth: 0,
             work: 0,
             size: 0,

@@ -176,7 +176,7 @@ impl Conv<'_> {
         let hi = hi.map(|(v, ex)| (if ex { v.ceil() - 1.0 } else { v.floor() }, false));
         let (lo, hi) = self.fit(path, lo, hi);
         if lo.is_none() && hi.is_none() {
-            return Ok(self.prim("integer"));
+            return Ok(self.prim("integral"));
         }
         let (lo, hi) = (lo.map(|v| v.0 as i64), hi.map(|v| v.0 as i64));
         if let (Some(a), Some(b)) = (lo, hi) {
@@ -184,7 +184,8 @@ impl Conv<'_> {
                 return empty(path, "maximum", "no integer lies within the bounds");
             }
         }
-        let body = int_range(lo, hi);
+        // 2.0 is an integer too.
+        let body = format!("( {} ) ( \".\" \"0\"+ )?", int_range(lo, hi));
         Ok(self.add_rule(&format!("{path}-integer"), body))
     }
 

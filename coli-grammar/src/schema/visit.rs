@@ -13,8 +13,17 @@ pub(crate) fn empty<T>(path: &str, keyword: &str, why: &str) -> Result<T, Schema
     err(path, keyword, format!("{EMPTY}: {why}"))
 }
 
+/// A GBNF expression that matches nothing.
+const NOTHING: &str = "[^\\x00-\\U0010FFFF]";
+
+/// The message of errors about a schema that refers to itself without consuming input.
+pub(crate) const CYCLE: &str = "refers to itself";
+
 fn is_hard(e: &SchemaError) -> bool {
-    e.msg.starts_with(EMPTY) || e.keyword == "(nesting)" || e.keyword == "(size)"
+    e.msg.starts_with(EMPTY)
+        || e.msg.starts_with(CYCLE)
+        || e.keyword == "(nesting)"
+        || e.keyword == "(size)"
 }
 
 pub(crate) fn type_of(v: &Value) -> &'static str {
@@ -194,9 +203,8 @@ impl Conv<'_> {
         self.refs.insert(r.to_string(), name.clone());
         let idx = self.rules.len();
         self.push_rule(name.clone(), String::new());
-        let body = self.visit(target, &r[1..])?;
-        self.size += body.len();
-        self.rules[idx].1 = body;
+        let body = self.visit(target, &r[1..]);
+        self.fill(idx, body)?;
         Ok(name)
     }
 
@@ -215,10 +223,21 @@ impl Conv<'_> {
         self.merged.insert(key, name.clone());
         let idx = self.rules.len();
         self.push_rule(name.clone(), String::new());
-        let body = self.visit(merged, path)?;
-        self.size += body.len();
-        self.rules[idx].1 = body;
+        let body = self.visit(merged, path);
+        self.fill(idx, body)?;
         Ok(name)
+    }
+
+    /// Gives the rule made before its body its body; when the schema accepts nothing (the
+    /// error goes on), a body that matches nothing, for the references already made.
+    fn fill(&mut self, idx: usize, body: Result<String, SchemaError>) -> Result<(), SchemaError> {
+        let (text, r) = match body {
+            Ok(b) => (b, Ok(())),
+            Err(e) => (NOTHING.to_string(), Err(e)),
+        };
+        self.size += text.len();
+        self.rules[idx].1 = text;
+        r
     }
 
     fn any_of(
