@@ -68,10 +68,7 @@ impl SchemaInfo {
         let validator = if relaxations.is_empty() {
             None
         } else {
-            match jsonschema::options()
-                .should_validate_formats(true)
-                .build(schema)
-            {
+            match validator_for(schema) {
                 Ok(v) => Some(v),
                 Err(e) => {
                     let first = &relaxations[0];
@@ -133,6 +130,24 @@ impl SchemaInfo {
             Some(v) => Err(v),
         }
     }
+}
+
+/// The validator of `schema` (formats checked): the draft its `$schema` names, else 2020-12;
+/// a schema that draft refuses is tried as draft 7, then draft 4 (real schemas without
+/// `$schema` often use `exclusiveMinimum: true` or `definitions`).
+pub fn validator_for(schema: &Value) -> Result<jsonschema::Validator, String> {
+    let build = |d: Option<jsonschema::Draft>| {
+        let mut o = jsonschema::options().should_validate_formats(true);
+        if let Some(d) = d {
+            o = o.with_draft(d);
+        }
+        o.build(schema).map_err(|e| e.to_string())
+    };
+    build(None).or_else(|first| {
+        build(Some(jsonschema::Draft::Draft7))
+            .or_else(|_| build(Some(jsonschema::Draft::Draft4)))
+            .map_err(|_| first)
+    })
 }
 
 /// JSON text to a value, refusing repeated member names (a plain parse keeps the last and

@@ -43,7 +43,7 @@ mod scalar;
 mod tests;
 mod visit;
 
-pub use check::{SchemaInfo, SchemaNote, Violation};
+pub use check::{parse_strict, validator_for, SchemaInfo, SchemaNote, Violation};
 
 use crate::gbnf::{parse, show, Expr, Grammar};
 use serde_json::Value;
