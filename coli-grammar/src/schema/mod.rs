@@ -93,7 +93,7 @@ pub(crate) const MAX_DIGITS: u32 = 15;
 
 /// The primitive rules, emitted when used.
 const PRIMITIVES: &[(&str, &str)] = &[
-    ("ws", "[ \\t\\n\\r]{0,64}"),
+    ("ws", "[ \\t\\n\\r]*"),
     ("value", "object | array | string | number | boolean | null"),
     (
         "object",

@@ -215,7 +215,7 @@ impl Conv<'_> {
         merged: &Value,
         path: &str,
     ) -> Result<String, SchemaError> {
-        let key = merged.to_string();
+        let key = strip(merged).to_string();
         if let Some(name) = self.merged.get(&key) {
             return Ok(name.clone());
         }
@@ -259,6 +259,25 @@ impl Conv<'_> {
                 "oneOf",
                 "the branches may overlap: the grammar accepts any branch, the finished text is validated to match exactly one",
             );
+        }
+        // A branch that adds nothing to the rest of the schema makes the union the rest
+        // itself (what its relaxed keywords remove is validated).
+        let base = if rest_constrains {
+            strip(
+                &self
+                    .merge_all(&[Value::Object(rest.clone())], path)
+                    .unwrap_or(Value::Null),
+            )
+        } else {
+            Value::Object(Map::new())
+        };
+        for (i, b) in branches.iter().enumerate() {
+            let bp = pointer_child(&pointer_child(path, key), &i.to_string());
+            if let Ok(m) = self.merge_all(&[b.clone(), Value::Object(rest.clone())], &bp) {
+                if strip(&m) == base {
+                    return self.visit_merged(&m, &bp);
+                }
+            }
         }
         let mut alts = Vec::new();
         let mut last_err = None;
@@ -372,5 +391,18 @@ fn is_no_op(k: &str, v: &Value) -> bool {
             v.as_object().is_some_and(|m| m.is_empty())
         }
         _ => false,
+    }
+}
+
+/// `s` without its top-level relaxed keywords (they do not change the grammar).
+fn strip(s: &Value) -> Value {
+    match s {
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .filter(|(k, _)| kind(k) != Kind::Relaxed)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        s => s.clone(),
     }
 }
