@@ -8,11 +8,13 @@
 //! violation. Each relaxation is listed ([`crate::Compiled::relaxations`]); a grammar
 //! without relaxations is exact on its own.
 //!
-//! Spelling: any JSON the schema allows, except that whitespace between tokens is at most
-//! [`MAX_WS`] characters, keys of additional properties and strings constrained by
-//! `pattern`/`format` use each character's plain JSON spelling (no `\u` escapes of
-//! characters that need none), and `enum`/`const` values are spelled as `serde_json` prints
-//! them (members and items may be spaced).
+//! Spelling: any JSON the schema allows (members in any order, any whitespace, numbers of
+//! any length, `\u` escapes and surrogate pairs in plain strings, integers written `2.0`),
+//! except that keys of additional properties and strings constrained by `pattern`/`format`
+//! use each character's plain JSON spelling, numbers with bounds have no exponent, integers
+//! have no exponent, and `enum`/`const` values are spelled as `serde_json` prints them
+//! (members and items may be spaced). A schema without `additionalProperties` allows
+//! other members, as the specification says; a schema without `type` allows every type.
 //!
 //! Exact keywords: `type`, `properties` (members in any order, each at most once, for
 //! objects of up to [`MAX_TRACKED_ALL`] properties; beyond, the required ones are tracked
@@ -70,9 +72,6 @@ pub(crate) fn err<T>(path: &str, keyword: &str, msg: impl Into<String>) -> Resul
         msg: msg.into(),
     })
 }
-
-/// Most whitespace characters between two tokens.
-pub const MAX_WS: u32 = 64;
 
 /// Objects with at most this many declared properties track every member (any order, no
 /// repeats) in the grammar.
@@ -137,6 +136,16 @@ pub(crate) fn pointer_child(path: &str, key: &str) -> String {
     format!("{path}/{}", key.replace('~', "~0").replace('/', "~1"))
 }
 
+/// Choices of the conversion.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchemaOptions {
+    /// Objects without `additionalProperties` take only their declared members (the
+    /// specification allows any other member). A narrower language: valid instances with
+    /// undeclared members are refused, and masks at member names are much cheaper (a few
+    /// names instead of nearly any string).
+    pub closed_objects: bool,
+}
+
 /// The converter's state: rules written so far, names taken, references and merged
 /// schemas already converted, and what was relaxed or ignored.
 pub(crate) struct Conv<'a> {
@@ -157,11 +166,13 @@ pub(crate) struct Conv<'a> {
     size: usize,
     warnings: Vec<SchemaNote>,
     relaxations: Vec<SchemaNote>,
+    pub(crate) options: SchemaOptions,
 }
 
 impl<'a> Conv<'a> {
-    fn new(root: &'a Value) -> Self {
+    fn new(root: &'a Value, options: SchemaOptions) -> Self {
         Conv {
+            options,
             root,
             rules: Vec::new(),
             taken: HashSet::new(),
@@ -296,11 +307,13 @@ impl<'a> Conv<'a> {
 /// Converts a JSON Schema to GBNF text (rules `root`, `r-...`, and primitives). Relaxations
 /// are not reported here: use [`compile_schema`] for a grammar that carries them.
 pub fn schema_to_gbnf(schema: &Value) -> Result<String, SchemaError> {
-    convert(schema).map(|(text, _, _)| text)
+    convert(schema, SchemaOptions::default()).map(|(text, _, _)| text)
 }
 
-fn convert(schema: &Value) -> Result<(String, Vec<SchemaNote>, Vec<SchemaNote>), SchemaError> {
-    let mut c = Conv::new(schema);
+type Converted = (String, Vec<SchemaNote>, Vec<SchemaNote>);
+
+fn convert(schema: &Value, options: SchemaOptions) -> Result<Converted, SchemaError> {
+    let mut c = Conv::new(schema, options);
     let root = c.visit(schema, "")?;
     let (warnings, relaxations) = (
         std::mem::take(&mut c.warnings),
@@ -318,9 +331,20 @@ pub fn compile_schema(text: &str) -> Result<Grammar, SchemaError> {
     compile_schema_value(&v)
 }
 
+/// [`compile_schema`] with [`SchemaOptions`].
+pub fn compile_schema_with(text: &str, options: SchemaOptions) -> Result<Grammar, SchemaError> {
+    let v: Value = serde_json::from_str(text)
+        .or_else(|e| err("", "(json)", format!("not valid JSON: {e}")))?;
+    compile_value(&v, options)
+}
+
 /// [`compile_schema`] for a parsed schema.
 pub fn compile_schema_value(v: &Value) -> Result<Grammar, SchemaError> {
-    let (gbnf, warnings, relaxations) = convert(v)?;
+    compile_value(v, SchemaOptions::default())
+}
+
+fn compile_value(v: &Value, options: SchemaOptions) -> Result<Grammar, SchemaError> {
+    let (gbnf, warnings, relaxations) = convert(v, options)?;
     let mut g = parse(&gbnf).or_else(|e| {
         let keyword = if e.msg.contains("left recursion") {
             "$ref"

@@ -25,6 +25,7 @@ impl Conv<'_> {
         // The schema of members not declared (None: not allowed).
         let additional: Option<Value> = match o.get("additionalProperties") {
             Some(Value::Bool(false)) => None,
+            None if self.options.closed_objects => None,
             None => Some(Value::Bool(true)),
             Some(s) => Some(s.clone()),
         };

@@ -322,6 +322,23 @@ fn members_in_any_order_each_at_most_once() {
 }
 
 #[test]
+fn closed_objects_option_refuses_undeclared_members() {
+    let s = json!({"type": "object", "properties": {"a": {"type": "integer"}}}).to_string();
+    let closed = SchemaOptions {
+        closed_objects: true,
+    };
+    let strict = Compiled::new(&compile_schema_with(&s, closed).unwrap());
+    let open = Compiled::new(&compile_schema(&s).unwrap());
+    assert!(Matcher::matches(&strict, "{\"a\":1}") && Matcher::matches(&open, "{\"a\":1}"));
+    assert!(!Matcher::matches(&strict, "{\"b\":1}"));
+    assert!(Matcher::matches(&open, "{\"b\":1}"));
+    // additionalProperties given: the option changes nothing.
+    let given = json!({"properties": {"a": {}}, "additionalProperties": {"type": "string"}});
+    let g = Compiled::new(&compile_schema_with(&given.to_string(), closed).unwrap());
+    assert!(Matcher::matches(&g, "{\"b\":\"x\"}"));
+}
+
+#[test]
 fn any_json_spelling_is_accepted() {
     let number = json!({"type": "number"});
     for ok in [
