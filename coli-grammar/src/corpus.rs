@@ -15,6 +15,8 @@ pub struct CorpusSchema {
     pub valid: Vec<Value>,
     /// Instances it rejects.
     pub invalid: Vec<Value>,
+    /// Valid instances as exact text (spellings a re-serialisation would lose).
+    pub valid_texts: Vec<String>,
 }
 
 /// The corpus directory in this crate's sources.
@@ -22,10 +24,20 @@ pub fn corpus_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpus")
 }
 
+/// The corpus of real-world-shaped schemas (`coli-grammar/corpus-realworld`: Kubernetes,
+/// SchemaStore, OpenAPI, function calling…), whose grammars may be relaxed.
+pub fn realworld_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpus-realworld")
+}
+
 /// Every schema of the corpus, in file-name order.
 pub fn corpus() -> Result<Vec<CorpusSchema>, String> {
-    let dir = corpus_dir();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+    corpus_in(&corpus_dir())
+}
+
+/// Every schema of a corpus directory, in file-name order.
+pub fn corpus_in(dir: &std::path::Path) -> Result<Vec<CorpusSchema>, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
@@ -47,6 +59,10 @@ pub fn corpus() -> Result<Vec<CorpusSchema>, String> {
                 schema: v["schema"].clone(),
                 valid: list("valid"),
                 invalid: list("invalid"),
+                valid_texts: list("valid_texts")
+                    .iter()
+                    .filter_map(|t| t.as_str().map(str::to_string))
+                    .collect(),
             })
         })
         .collect()

@@ -63,6 +63,9 @@ pub struct Grammar {
     pub rules: Vec<Rule>,
     /// Index of `root`.
     pub root: usize,
+    /// For a grammar converted from a JSON Schema: the schema, what was ignored or relaxed,
+    /// and the validator of finished text when the grammar is relaxed.
+    pub schema: Option<std::sync::Arc<crate::schema::SchemaInfo>>,
 }
 
 /// What is wrong with a grammar, and where.
@@ -578,7 +581,11 @@ pub fn parse(src: &str) -> Result<Grammar, GrammarError> {
             }
         }
     }
-    Ok(Grammar { rules, root })
+    Ok(Grammar {
+        rules,
+        root,
+        schema: None,
+    })
 }
 
 /// Writes `e` back as GBNF (used by tests and the JSON Schema converter).
@@ -807,7 +814,7 @@ multi  ::=
         #[test]
         fn round_trips(exprs in proptest::collection::vec(arb_expr(3), 3)) {
             let rules: Vec<Rule> = ["root", "r1", "r2"].iter().zip(exprs).map(|(n, e)| Rule { name: n.to_string(), expr: e }).collect();
-            let g = Grammar { rules, root: 0 };
+            let g = Grammar { rules, root: 0, schema: None };
             let text = g.to_gbnf();
             match parse(&text) {
                 Ok(back) => prop_assert_eq!(back, g),

@@ -9,9 +9,10 @@
 //! in the middle of a character.
 
 use crate::gbnf::{Expr, Grammar};
-use std::collections::HashMap;
+use crate::schema::{SchemaInfo, SchemaNote, Violation};
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A fast non-cryptographic hasher (the Fx mix) for the automaton's state index.
 #[derive(Default)]
@@ -70,6 +71,7 @@ pub struct Compiled {
     root: usize,
     start: StateData,
     dfa: Mutex<Dfa>,
+    schema: Option<Arc<SchemaInfo>>,
 }
 
 /// A position: rule, alternative, index of the next element.
@@ -501,7 +503,7 @@ impl Stepper<'_> {
             if e.accepts(c) {
                 let ((r, a, i), parent, _) = self.dfa.frames[top as usize];
                 let f = self.dfa.frame((r, a, i + 1), parent);
-                let mut seen = Vec::new();
+                let mut seen = HashSet::default();
                 self.expand(f, &mut out, &mut seen);
             }
         }
@@ -518,43 +520,71 @@ impl Stepper<'_> {
     /// rule references, a reference that ends its alternative replacing the frame: a tail
     /// call) into stacks whose top waits for a character, pushing their tops onto `out`.
     /// A frame met again in one expansion expands to what it gave the first time, so it is
-    /// skipped (`seen`): repetitions of bodies that can be empty do not loop.
-    fn expand(&mut self, f: u32, out: &mut Vec<u32>, seen: &mut Vec<u32>) {
-        if out.len() >= MAX_STACKS || seen.len() > 4 * MAX_STACKS || seen.contains(&f) {
-            return;
-        }
-        seen.push(f);
-        if f == NIL {
-            out.push(NIL);
-            return;
-        }
-        let ((r, a, i), parent, depth) = self.dfa.frames[f as usize];
-        if depth as usize > MAX_STACK {
-            return;
+    /// skipped (`seen`): repetitions of bodies that can be empty do not loop. A walk with
+    /// its own work list (no recursion: a long chain of references cannot overflow the
+    /// thread's stack), in the order of a depth-first recursion.
+    fn expand(&mut self, f: u32, out: &mut Vec<u32>, seen: &mut HashSet<u32, BuildFx>) {
+        enum Work {
+            Frame(u32),
+            /// Alternatives `next..` of rule `sub`, on top of frame `base`.
+            Alts {
+                sub: u32,
+                next: u32,
+                base: u32,
+            },
         }
         let g = self.g;
-        let alt = &g.rules[r as usize][a as usize];
-        match alt.get(i as usize) {
-            None => {
-                // Continue after the reference that led here.
-                let next = if parent == NIL {
-                    NIL
-                } else {
-                    let ((pr, pa, pi), pp, _) = self.dfa.frames[parent as usize];
-                    self.dfa.frame((pr, pa, pi + 1), pp)
-                };
-                self.expand(next, out, seen)
+        let mut work = vec![Work::Frame(f)];
+        while let Some(item) = work.pop() {
+            let f = match item {
+                Work::Frame(f) => f,
+                Work::Alts { sub, next, base } => {
+                    if (next as usize) < g.rules[sub as usize].len() {
+                        work.push(Work::Alts {
+                            sub,
+                            next: next + 1,
+                            base,
+                        });
+                        work.push(Work::Frame(self.dfa.frame((sub, next, 0), base)));
+                    }
+                    continue;
+                }
+            };
+            if out.len() >= MAX_STACKS || seen.len() > 4 * MAX_STACKS || !seen.insert(f) {
+                continue;
             }
-            Some(Elem::Chars { .. }) => out.push(f),
-            Some(Elem::Rule(sub)) => {
-                let base = if i as usize + 1 == alt.len() {
-                    parent
-                } else {
-                    f
-                };
-                for sa in 0..g.rules[*sub].len() {
-                    let child = self.dfa.frame((*sub as u32, sa as u32, 0), base);
-                    self.expand(child, out, seen);
+            if f == NIL {
+                out.push(NIL);
+                continue;
+            }
+            let ((r, a, i), parent, depth) = self.dfa.frames[f as usize];
+            if depth as usize > MAX_STACK {
+                continue;
+            }
+            let alt = &g.rules[r as usize][a as usize];
+            match alt.get(i as usize) {
+                None => {
+                    // Continue after the reference that led here.
+                    let next = if parent == NIL {
+                        NIL
+                    } else {
+                        let ((pr, pa, pi), pp, _) = self.dfa.frames[parent as usize];
+                        self.dfa.frame((pr, pa, pi + 1), pp)
+                    };
+                    work.push(Work::Frame(next));
+                }
+                Some(Elem::Chars { .. }) => out.push(f),
+                Some(Elem::Rule(sub)) => {
+                    let base = if i as usize + 1 == alt.len() {
+                        parent
+                    } else {
+                        f
+                    };
+                    work.push(Work::Alts {
+                        sub: *sub as u32,
+                        next: 0,
+                        base,
+                    });
                 }
             }
         }
@@ -668,6 +698,7 @@ impl Compiled {
             root: g.root,
             start: StateData::default(),
             dfa: Mutex::new(Dfa::default()),
+            schema: g.schema.clone(),
         };
         for (i, r) in g.rules.iter().enumerate() {
             let alts = c.alternatives(&r.expr);
@@ -679,7 +710,7 @@ impl Compiled {
             g: &c,
             dfa: &mut dfa,
         };
-        let (mut tops, mut seen) = (Vec::new(), Vec::new());
+        let (mut tops, mut seen) = (Vec::new(), HashSet::default());
         for alt in 0..c.rules[c.root].len() {
             let f = st.dfa.frame((c.root as u32, alt as u32, 0), NIL);
             st.expand(f, &mut tops, &mut seen);
@@ -773,6 +804,40 @@ impl Compiled {
         let dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
         let computed = dfa.trans.iter().filter(|&&t| t != UNKNOWN).count() + dfa.chars.len();
         (dfa.states.len(), computed, dfa.pnodes.len())
+    }
+
+    /// The JSON Schema this grammar was converted from, with its notes.
+    pub fn schema(&self) -> Option<&SchemaInfo> {
+        self.schema.as_deref()
+    }
+
+    /// Keywords of the schema that were ignored (unknown or vendor annotations), each
+    /// with keyword and path.
+    pub fn warnings(&self) -> &[SchemaNote] {
+        self.schema.as_deref().map_or(&[], SchemaInfo::warnings)
+    }
+
+    /// Where the grammar accepts more than the schema, each with keyword and path;
+    /// finished text is then validated ([`Compiled::check_complete`]).
+    pub fn relaxations(&self) -> &[SchemaNote] {
+        self.schema.as_deref().map_or(&[], SchemaInfo::relaxations)
+    }
+
+    /// Whether text the grammar accepts must still be validated against the schema.
+    pub fn needs_validation(&self) -> bool {
+        self.schema
+            .as_deref()
+            .is_some_and(SchemaInfo::needs_validation)
+    }
+
+    /// Checks text the grammar accepted as complete: always fine for an exact grammar;
+    /// for a relaxed one, the schema's validator decides (and repeated member names are
+    /// refused). A violation is reported, never ignored.
+    pub fn check_complete(&self, text: &str) -> Result<(), Violation> {
+        match self.schema.as_deref() {
+            Some(s) => s.check(text),
+            None => Ok(()),
+        }
     }
 
     /// A matcher at the start of the grammar.
@@ -1054,10 +1119,11 @@ impl<'g> Matcher<'g> {
         self.g
     }
 
-    /// Whether `text` is a whole sentence of the grammar (a fresh matcher, every byte, end).
+    /// Whether `text` is a whole sentence of the grammar (a fresh matcher, every byte, end)
+    /// and, when the grammar is a relaxed JSON Schema, valid against the schema.
     pub fn matches(g: &'g Compiled, text: &str) -> bool {
         let mut m = g.matcher();
-        m.accept_bytes(text.as_bytes()) && m.is_complete()
+        m.accept_bytes(text.as_bytes()) && m.is_complete() && g.check_complete(text).is_ok()
     }
 }
 

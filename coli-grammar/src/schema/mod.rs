@@ -1,0 +1,362 @@
+//! JSON Schema → GBNF.
+//!
+//! The grammar accepts JSON text that validates against the schema. Where a keyword
+//! cannot be written as a grammar (or only at a size that would not pay), the grammar is
+//! *relaxed* — it accepts a superset — and the schema is kept with the grammar so that the
+//! finished text is validated by a real validator (the `jsonschema` crate):
+//! [`crate::Matcher::matches`] does so, and [`crate::Compiled::check_complete`] gives the
+//! violation. Each relaxation is listed ([`crate::Compiled::relaxations`]); a grammar
+//! without relaxations is exact on its own.
+//!
+//! Spelling: any JSON the schema allows (members in any order, any whitespace, numbers of
+//! any length, `\u` escapes and surrogate pairs in plain strings, integers written `2.0`),
+//! except that keys of additional properties and strings constrained by `pattern`/`format`
+//! use each character's plain JSON spelling, numbers with bounds have no exponent, integers
+//! have no exponent, and `enum`/`const` values are spelled as `serde_json` prints them
+//! (members and items may be spaced). A schema without `additionalProperties` allows
+//! other members, as the specification says; a schema without `type` allows every type.
+//!
+//! Exact keywords: `type`, `properties` (members in any order, each at most once, for
+//! objects of up to [`MAX_TRACKED_ALL`] properties; beyond, the required ones are tracked
+//! and repeats are left to the validator), `required`, `additionalProperties`, `items`,
+//! `prefixItems`, `additionalItems`, `minItems`, `maxItems` (to 10,000), `enum`, `const`,
+//! `anyOf`, `oneOf` (when its branches are provably disjoint: different types, distinct
+//! `const`/`enum` values of a required property), `allOf` (when the parts merge), `$ref`
+//! to `#/...` (recursion allowed), `minLength`/`maxLength` (to 10,000), `pattern` (the
+//! [`crate::regex`] subset), `format` (date, time, date-time, uuid, email, ipv4, uri),
+//! `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum` (integral bounds of up to 15
+//! digits). Relaxed and post-validated: the rest of the constraining vocabulary
+//! (`multipleOf`, `uniqueItems`, `not`, `if`/`then`/`else`, `dependencies`,
+//! `patternProperties`, `propertyNames`, `contains`, `minProperties`, …) and the cases
+//! above beyond their limits. Annotations are ignored; unknown keywords are ignored with a
+//! warning ([`crate::Compiled::warnings`]), as the specification says.
+//!
+//! Every recursion of the converter is bounded ([`MAX_NESTING`], [`MAX_WORK`]): a schema
+//! too deep or too large is an error, never a stack overflow.
+
+mod array;
+mod check;
+mod disjoint;
+mod keywords;
+mod merge;
+mod object;
+mod scalar;
+#[cfg(test)]
+mod tests;
+mod visit;
+
+pub use check::{parse_strict, validator_for, SchemaInfo, SchemaNote, Violation};
+
+use crate::gbnf::{parse, show, Expr, Grammar};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+/// A schema the converter cannot honour, and where.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("JSON Schema at {}: {keyword:?}: {msg}", if path.is_empty() { "the root" } else { path })]
+pub struct SchemaError {
+    /// JSON Pointer to the schema object (empty for the root).
+    pub path: String,
+    /// The keyword at fault.
+    pub keyword: String,
+    /// What is wrong.
+    pub msg: String,
+}
+
+pub(crate) fn err<T>(path: &str, keyword: &str, msg: impl Into<String>) -> Result<T, SchemaError> {
+    Err(SchemaError {
+        path: path.to_string(),
+        keyword: keyword.to_string(),
+        msg: msg.into(),
+    })
+}
+
+/// Objects with at most this many declared properties track every member (any order, no
+/// repeats) in the grammar.
+pub const MAX_TRACKED_ALL: usize = 5;
+
+/// Larger objects track at most this many required members in the grammar.
+pub const MAX_TRACKED_REQUIRED: usize = 6;
+
+/// Deepest nesting of schemas visited at once (subschemas, references, merges).
+pub const MAX_NESTING: usize = 256;
+
+/// Most subschemas visited in one conversion, and most grammar text (bytes / 64): beyond,
+/// the schema is refused as too large.
+pub const MAX_WORK: usize = 200_000;
+
+/// Most digits of an integer bound.
+pub(crate) const MAX_DIGITS: u32 = 15;
+
+/// The primitive rules, emitted when used.
+const PRIMITIVES: &[(&str, &str)] = &[
+    ("ws", "[ \\t\\n\\r]*"),
+    ("value", "object | array | string | number | boolean | null"),
+    (
+        "object",
+        r#""{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}""#,
+    ),
+    ("array", r#""[" ws ( value ws ( "," ws value ws )* )? "]""#),
+    ("string", r#""\"" char* "\"""#),
+    (
+        "char",
+        r#"[^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | [dD] [89abAB] [0-9a-fA-F]{2} "\\u" [dD] [c-fC-F] [0-9a-fA-F]{2} ) )"#,
+    ),
+    ("number", r#"integer frac? exp?"#),
+    ("integer", r#""-"? ( "0" | [1-9] [0-9]* )"#),
+    ("integral", r#"integer ( "." "0"+ )?"#),
+    ("frac", r#""." [0-9]+"#),
+    ("exp", r#"[eE] [-+]? [0-9]+"#),
+    ("boolean", r#""true" | "false""#),
+    ("null", r#""null""#),
+    ("kchar", r#"[^"\\\x00-\x1F]"#),
+];
+
+fn prim_deps(name: &str) -> &'static [&'static str] {
+    match name {
+        "value" => &["object", "array", "string", "number", "boolean", "null"],
+        "object" => &["ws", "string", "value"],
+        "array" => &["ws", "value"],
+        "string" => &["char"],
+        "number" => &["integer", "frac", "exp"],
+        "integral" => &["integer"],
+        _ => &[],
+    }
+}
+
+/// A GBNF string literal for `s` (the grammar printer's spelling).
+pub(crate) fn lit(s: &str) -> String {
+    show(&Expr::Literal(s.chars().collect()), &[])
+}
+
+/// JSON Pointer `path` extended by `key`.
+pub(crate) fn pointer_child(path: &str, key: &str) -> String {
+    format!("{path}/{}", key.replace('~', "~0").replace('/', "~1"))
+}
+
+/// Choices of the conversion.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchemaOptions {
+    /// Objects without `additionalProperties` take only their declared members (the
+    /// specification allows any other member). A narrower language: valid instances with
+    /// undeclared members are refused, and masks at member names are much cheaper (a few
+    /// names instead of nearly any string).
+    pub closed_objects: bool,
+}
+
+/// The converter's state: rules written so far, names taken, references and merged
+/// schemas already converted, and what was relaxed or ignored.
+pub(crate) struct Conv<'a> {
+    root: &'a Value,
+    rules: Vec<(String, String)>,
+    taken: HashSet<String>,
+    refs: HashMap<String, String>,
+    /// Canonical text of a merged schema → its rule (so a recursion through `allOf` ends).
+    merged: HashMap<String, String>,
+    prims: Vec<&'static str>,
+    /// References being expanded by the merge in progress (a cycle is an error).
+    merging: Vec<String>,
+    /// Subschemas visited at once.
+    depth: usize,
+    /// Subschemas visited so far.
+    work: usize,
+    /// Grammar text written so far.
+    size: usize,
+    warnings: Vec<SchemaNote>,
+    relaxations: Vec<SchemaNote>,
+    pub(crate) options: SchemaOptions,
+}
+
+impl<'a> Conv<'a> {
+    fn new(root: &'a Value, options: SchemaOptions) -> Self {
+        Conv {
+            options,
+            root,
+            rules: Vec::new(),
+            taken: HashSet::new(),
+            refs: HashMap::new(),
+            merged: HashMap::new(),
+            prims: Vec::new(),
+            merging: Vec::new(),
+            depth: 0,
+            work: 0,
+            size: 0,
+            warnings: Vec::new(),
+            relaxations: Vec::new(),
+        }
+    }
+
+    pub(crate) fn prim(&mut self, name: &'static str) -> String {
+        if !self.prims.contains(&name) {
+            self.prims.push(name);
+            for d in prim_deps(name) {
+                self.prim(d);
+            }
+        }
+        name.to_string()
+    }
+
+    pub(crate) fn fresh_name(&mut self, hint: &str) -> String {
+        let base: String = hint
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .collect::<String>()
+            .split('-')
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join("-");
+        let base: String = base.chars().take(48).collect();
+        let base = if base.is_empty() {
+            "r".to_string()
+        } else {
+            format!("r-{}", base.trim_end_matches('-'))
+        };
+        let mut name = base.clone();
+        let mut n = 1;
+        while self.taken.contains(&name) {
+            n += 1;
+            name = format!("{base}-v{n}");
+        }
+        self.taken.insert(name.clone());
+        name
+    }
+
+    pub(crate) fn add_rule(&mut self, hint: &str, body: String) -> String {
+        let name = self.fresh_name(hint);
+        self.push_rule(name.clone(), body);
+        name
+    }
+
+    pub(crate) fn push_rule(&mut self, name: String, body: String) {
+        self.size += name.len() + body.len();
+        self.rules.push((name, body));
+    }
+
+    /// Whether the grammar written so far is past [`MAX_WORK`].
+    pub(crate) fn over_budget(&self) -> bool {
+        self.work > MAX_WORK || self.size / 64 > MAX_WORK
+    }
+
+    /// Records that the grammar accepts more than the schema at `path` (`keyword`): the
+    /// finished text is validated.
+    pub(crate) fn relax(&mut self, path: &str, keyword: &str, msg: impl Into<String>) {
+        let note = SchemaNote {
+            path: path.to_string(),
+            keyword: keyword.to_string(),
+            msg: msg.into(),
+        };
+        if !self.relaxations.contains(&note) {
+            self.relaxations.push(note);
+        }
+    }
+
+    /// Records a keyword ignored (unknown to the specification, or an annotation of a
+    /// vendor).
+    pub(crate) fn warn(&mut self, path: &str, keyword: &str, msg: impl Into<String>) {
+        let note = SchemaNote {
+            path: path.to_string(),
+            keyword: keyword.to_string(),
+            msg: msg.into(),
+        };
+        if !self.warnings.contains(&note) {
+            self.warnings.push(note);
+        }
+    }
+
+    pub(crate) fn resolve(&self, reference: &str, path: &str) -> Result<&'a Value, SchemaError> {
+        let Some(ptr) = reference.strip_prefix('#') else {
+            return err(
+                path,
+                "$ref",
+                format!("only local references (#/...) are supported, not {reference:?}"),
+            );
+        };
+        let ptr = ptr.replace("%25", "%");
+        match self.root.pointer(&ptr) {
+            Some(v) => Ok(v),
+            None => err(path, "$ref", format!("{reference:?} points at nothing")),
+        }
+    }
+
+    fn finish(mut self, root: String) -> String {
+        let mut text = format!("root ::= {root}\n");
+        for (name, body) in &self.rules {
+            let _ = writeln!(text, "{name} ::= {body}");
+        }
+        self.prims.sort_unstable();
+        for p in &self.prims {
+            let body = PRIMITIVES
+                .iter()
+                .find(|x| x.0 == *p)
+                .expect("known primitive")
+                .1;
+            let _ = writeln!(text, "{p} ::= {body}");
+        }
+        text
+    }
+}
+
+/// Converts a JSON Schema to GBNF text (rules `root`, `r-...`, and primitives). Relaxations
+/// are not reported here: use [`compile_schema`] for a grammar that carries them.
+pub fn schema_to_gbnf(schema: &Value) -> Result<String, SchemaError> {
+    convert(schema, SchemaOptions::default()).map(|(text, _, _)| text)
+}
+
+type Converted = (String, Vec<SchemaNote>, Vec<SchemaNote>);
+
+fn convert(schema: &Value, options: SchemaOptions) -> Result<Converted, SchemaError> {
+    let mut c = Conv::new(schema, options);
+    let root = c.visit(schema, "")?;
+    let (warnings, relaxations) = (
+        std::mem::take(&mut c.warnings),
+        std::mem::take(&mut c.relaxations),
+    );
+    Ok((c.finish(root), warnings, relaxations))
+}
+
+/// Parses JSON Schema text and converts it to a validated grammar. The grammar carries the
+/// schema, the warnings and the relaxations ([`Grammar::schema`]); when something was
+/// relaxed it carries the validator that checks finished text too.
+pub fn compile_schema(text: &str) -> Result<Grammar, SchemaError> {
+    let v: Value = serde_json::from_str(text)
+        .or_else(|e| err("", "(json)", format!("not valid JSON: {e}")))?;
+    compile_schema_value(&v)
+}
+
+/// [`compile_schema`] with [`SchemaOptions`].
+pub fn compile_schema_with(text: &str, options: SchemaOptions) -> Result<Grammar, SchemaError> {
+    let v: Value = serde_json::from_str(text)
+        .or_else(|e| err("", "(json)", format!("not valid JSON: {e}")))?;
+    compile_value(&v, options)
+}
+
+/// [`compile_schema`] for a parsed schema.
+pub fn compile_schema_value(v: &Value) -> Result<Grammar, SchemaError> {
+    compile_value(v, SchemaOptions::default())
+}
+
+fn compile_value(v: &Value, options: SchemaOptions) -> Result<Grammar, SchemaError> {
+    let (gbnf, warnings, relaxations) = convert(v, options)?;
+    let mut g = parse(&gbnf).or_else(|e| {
+        let keyword = if e.msg.contains("left recursion") {
+            "$ref"
+        } else {
+            "(grammar)"
+        };
+        err(
+            "",
+            keyword,
+            format!("the schema gives an unusable grammar: {e}"),
+        )
+    })?;
+    g.schema = Some(Arc::new(SchemaInfo::new(v, warnings, relaxations)?));
+    Ok(g)
+}

@@ -1,0 +1,302 @@
+//! Objects: members in any order, each declared property at most once (tracked in the
+//! grammar up to a size), required ones present, additional and pattern members.
+
+use super::visit::empty;
+use super::{err, lit, pointer_child, Conv, SchemaError, MAX_TRACKED_ALL, MAX_TRACKED_REQUIRED};
+use serde_json::{Map, Value};
+
+impl Conv<'_> {
+    pub(crate) fn object(
+        &mut self,
+        o: &Map<String, Value>,
+        path: &str,
+    ) -> Result<String, SchemaError> {
+        let ws = self.prim("ws");
+        let mut props = match o.get("properties") {
+            None => Map::new(),
+            Some(Value::Object(p)) => p.clone(),
+            Some(_) => return err(path, "properties", "must be an object"),
+        };
+        let patterns = match o.get("patternProperties") {
+            None => Map::new(),
+            Some(Value::Object(p)) => p.clone(),
+            Some(_) => return err(path, "patternProperties", "must be an object"),
+        };
+        // The schema of members not declared (None: not allowed).
+        let additional: Option<Value> = match o.get("additionalProperties") {
+            Some(Value::Bool(false)) => None,
+            None if self.options.closed_objects => None,
+            None => Some(Value::Bool(true)),
+            Some(s) => Some(s.clone()),
+        };
+        let mut required: Vec<String> = Vec::new();
+        if let Some(r) = o.get("required") {
+            let Some(r) = r.as_array() else {
+                return err(path, "required", "must be an array of names");
+            };
+            for n in r {
+                let Some(n) = n.as_str() else {
+                    return err(path, "required", "must be an array of names");
+                };
+                if required.iter().any(|x| x == n) {
+                    continue;
+                }
+                if !props.contains_key(n) {
+                    // Required but undeclared: an additional (or pattern) member by that name.
+                    let s = if !patterns.is_empty() {
+                        Value::Bool(true)
+                    } else {
+                        match &additional {
+                            Some(s) => s.clone(),
+                            None => {
+                                return empty(
+                                    path,
+                                    "required",
+                                    &format!("{n:?} is required but no such member is allowed"),
+                                )
+                            }
+                        }
+                    };
+                    props.insert(n.to_string(), s);
+                }
+                required.push(n.to_string());
+            }
+        }
+        // Each declared member: "name" ws ":" ws value ws.
+        let mut kvs = Vec::new();
+        for (name, s) in &props {
+            let p = pointer_child(&pointer_child(path, "properties"), name);
+            let v = match self.visit(s, &p) {
+                Ok(v) => Some(v),
+                // A member whose schema accepts nothing may only be absent.
+                Err(e) if e.msg.starts_with(super::visit::EMPTY) => {
+                    if required.contains(name) {
+                        return Err(e);
+                    }
+                    None
+                }
+                Err(e) => return Err(e),
+            };
+            let key = lit(&Value::String(name.clone()).to_string());
+            kvs.push((
+                name.clone(),
+                v.map(|v| format!("{key} {ws} \":\" {ws} {v} {ws}")),
+            ));
+        }
+        let other = self.other_members(o, path, &props, &patterns, additional.as_ref())?;
+        // Tracked members: every one for small objects, else the required ones (some).
+        let declared: Vec<(String, String)> = kvs
+            .into_iter()
+            .filter_map(|(n, kv)| kv.map(|kv| (n, kv)))
+            .collect();
+        let (tracked, untracked): (Vec<_>, Vec<_>) = if declared.len() <= MAX_TRACKED_ALL {
+            (declared, Vec::new())
+        } else {
+            let mut t = Vec::new();
+            let mut u = Vec::new();
+            for d in declared {
+                if required.contains(&d.0) && t.len() < MAX_TRACKED_REQUIRED {
+                    t.push(d);
+                } else {
+                    u.push(d);
+                }
+            }
+            (t, u)
+        };
+        if !untracked.is_empty() {
+            self.relax(
+                path,
+                "properties",
+                format!("more than {MAX_TRACKED_ALL} properties: members beyond the tracked required ones may repeat in the grammar; the finished text is validated"),
+            );
+        }
+        if required.iter().any(|r| !tracked.iter().any(|t| &t.0 == r)) {
+            self.relax(
+                path,
+                "required",
+                format!("more than {MAX_TRACKED_REQUIRED} required members: the grammar tracks the first {MAX_TRACKED_REQUIRED}; the finished text is validated"),
+            );
+        }
+        let mut others: Vec<String> = untracked.into_iter().map(|(_, kv)| kv).collect();
+        others.extend(other);
+        let other = match others.len() {
+            0 => None,
+            1 => others.pop(),
+            _ => Some(self.add_rule(&format!("{path}-other"), others.join(" | "))),
+        };
+        let must: u32 = tracked
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| required.contains(&t.0))
+            .fold(0, |m, (i, _)| m | 1 << i);
+        let kv_rules: Vec<String> = tracked
+            .iter()
+            .map(|(n, kv)| self.add_rule(&format!("{path}-{n}-kv"), kv.clone()))
+            .collect();
+        let first = self.members(path, &kv_rules, other.as_deref(), must);
+        let body = format!("\"{{\" {ws} {first} \"}}\"");
+        Ok(self.add_rule(&format!("{path}-object"), body))
+    }
+
+    /// The members of an object: `kv[i]` each at most once (those in `must` required) and
+    /// `other` any number of times, in any order, comma-separated.
+    fn members(&mut self, path: &str, kv: &[String], other: Option<&str>, must: u32) -> String {
+        let ws = self.prim("ws");
+        let n = kv.len();
+        if n == 0 {
+            return match other {
+                Some(x) => format!("( {x} ( \",\" {ws} {x} )* )?"),
+                None => String::new(),
+            };
+        }
+        // after[s]: what may follow once the members in set `s` (and any others) are in.
+        let names: Vec<String> = (0..1u32 << n)
+            .map(|s| self.fresh_name(&format!("{path}-after-{s}")))
+            .collect();
+        for s in 0..1u32 << n {
+            let mut alts = Vec::new();
+            if let Some(x) = other {
+                alts.push(format!("\",\" {ws} {x} {}", names[s as usize]));
+            }
+            for (i, k) in kv.iter().enumerate() {
+                if s & 1 << i == 0 {
+                    alts.push(format!("\",\" {ws} {k} {}", names[(s | 1 << i) as usize]));
+                }
+            }
+            if s & must == must {
+                alts.push("\"\"".to_string());
+            }
+            self.push_rule(names[s as usize].clone(), alts.join(" | "));
+        }
+        let mut first = Vec::new();
+        if let Some(x) = other {
+            first.push(format!("{x} {}", names[0]));
+        }
+        for (i, k) in kv.iter().enumerate() {
+            first.push(format!("{k} {}", names[1 << i]));
+        }
+        if must == 0 {
+            first.push("\"\"".to_string());
+        }
+        format!("( {} )", first.join(" | "))
+    }
+
+    /// The member rule for names not declared: additional properties, pattern properties
+    /// (relaxed: a name matching a pattern gets the union of the schemas that may apply).
+    fn other_members(
+        &mut self,
+        o: &Map<String, Value>,
+        path: &str,
+        props: &Map<String, Value>,
+        patterns: &Map<String, Value>,
+        additional: Option<&Value>,
+    ) -> Result<Option<String>, SchemaError> {
+        let ws = self.prim("ws");
+        let _ = o;
+        if patterns.is_empty() {
+            let Some(a) = additional else {
+                return Ok(None);
+            };
+            let v = match self.visit(a, &pointer_child(path, "additionalProperties")) {
+                Ok(v) => v,
+                Err(e) if e.msg.starts_with(super::visit::EMPTY) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let key = self.key_not_in(props.keys().map(String::as_str).collect());
+            return Ok(Some(self.add_rule(
+                &format!("{path}-additional-kv"),
+                format!("\"\\\"\" {key} \"\\\"\" {ws} \":\" {ws} {v} {ws}"),
+            )));
+        }
+        self.relax(
+            path,
+            "patternProperties",
+            "a member name may match several patterns (or none): the grammar gives it any of their schemas, the finished text is validated",
+        );
+        let mut values = Vec::new();
+        let mut keys = Vec::new();
+        for (pat, s) in patterns {
+            let p = pointer_child(&pointer_child(path, "patternProperties"), pat);
+            match self.visit(s, &p) {
+                Ok(v) => values.push(v),
+                Err(e) if e.msg.starts_with(super::visit::EMPTY) => continue,
+                Err(e) => return Err(e),
+            }
+            match crate::regex::pattern_to_gbnf(pat) {
+                Ok(k) => keys.push(k),
+                Err(_) => keys.push(format!("{}*", self.prim("kchar"))),
+            }
+        }
+        let key = if let Some(a) = additional {
+            if let Ok(v) = self.visit(a, &pointer_child(path, "additionalProperties")) {
+                values.push(v);
+            }
+            self.key_not_in(props.keys().map(String::as_str).collect())
+        } else {
+            if keys.is_empty() {
+                return Ok(None);
+            }
+            self.add_rule(&format!("{path}-pattern-key"), keys.join(" | "))
+        };
+        if values.is_empty() {
+            return Ok(None);
+        }
+        values.dedup();
+        let v = format!("( {} )", values.join(" | "));
+        Ok(Some(self.add_rule(
+            &format!("{path}-pattern-kv"),
+            format!("\"\\\"\" {key} \"\\\"\" {ws} \":\" {ws} {v} {ws}"),
+        )))
+    }
+
+    /// A rule for JSON string content (plain characters) that is none of `names`.
+    fn key_not_in(&mut self, names: Vec<&str>) -> String {
+        let kchar = self.prim("kchar");
+        // A trie of the names.
+        struct Node {
+            end: bool,
+            kids: Vec<(char, usize)>,
+        }
+        let mut nodes = vec![Node {
+            end: false,
+            kids: Vec::new(),
+        }];
+        for n in &names {
+            let mut at = 0;
+            for c in n.chars() {
+                at = match nodes[at].kids.iter().find(|k| k.0 == c) {
+                    Some(k) => k.1,
+                    None => {
+                        nodes.push(Node {
+                            end: false,
+                            kids: Vec::new(),
+                        });
+                        let new = nodes.len() - 1;
+                        nodes[at].kids.push((c, new));
+                        new
+                    }
+                };
+            }
+            nodes[at].end = true;
+        }
+        let names: Vec<String> = (0..nodes.len())
+            .map(|_| self.fresh_name("key-not-declared"))
+            .collect();
+        let base = names[0].clone();
+        for (i, node) in nodes.iter().enumerate() {
+            let mut alts = Vec::new();
+            if !node.end {
+                alts.push("\"\"".to_string());
+            }
+            let mut excluded: Vec<(u32, u32)> = vec![(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)];
+            for (c, kid) in &node.kids {
+                excluded.push((*c as u32, *c as u32));
+                alts.push(format!("{} {}", lit(&c.to_string()), names[*kid]));
+            }
+            let allowed = crate::regex::complement(&crate::regex::norm(excluded));
+            alts.push(format!("{} {kchar}*", crate::regex::class(&allowed)));
+            self.push_rule(names[i].clone(), alts.join(" | "));
+        }
+        base
+    }
+}
