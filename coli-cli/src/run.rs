@@ -77,6 +77,9 @@ pub(crate) fn run(a: RunArgs) -> Outcome {
         (e, _) => e.to_string(),
     })?;
     let _ = writeln!(out);
+    for w in &done.constraint_warnings {
+        eprintln!("coli: warning: {w}");
+    }
     if !a.m.no_usage {
         if let Err(e) = engine.save_usage() {
             eprintln!(
@@ -90,7 +93,10 @@ pub(crate) fn run(a: RunArgs) -> Outcome {
     } else {
         print_summary(&engine, &done);
     }
-    Ok(0)
+    match &done.schema_violation {
+        Some(v) => Err(v.clone()),
+        None => Ok(0),
+    }
 }
 
 /// `coli run --json`'s last line.

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::gbnf::{parse, GrammarError};
 use crate::matcher::Compiled;
-use crate::schema::{compile_schema, SchemaError};
+use crate::schema::{compile_schema, compile_schema_with, SchemaError, SchemaOptions};
 
 /// Kind-tagged source text → (compiled grammar, last use), and the use counter.
 type Entries = (HashMap<String, (Arc<Compiled>, u64)>, u64);
@@ -38,6 +38,21 @@ impl GrammarCache {
     pub fn get_schema(&self, text: &str) -> Result<Arc<Compiled>, SchemaError> {
         self.get_or(format!("schema\0{text}"), || {
             Ok(Compiled::new(&compile_schema(text)?))
+        })
+    }
+
+    /// [`GrammarCache::get_schema`] with conversion options (kept apart per options).
+    pub fn get_schema_with(
+        &self,
+        text: &str,
+        options: SchemaOptions,
+    ) -> Result<Arc<Compiled>, SchemaError> {
+        let key = format!(
+            "schema\0{}{}\0{text}",
+            options.closed_objects as u8, options.bounded_space as u8
+        );
+        self.get_or(key, || {
+            Ok(Compiled::new(&compile_schema_with(text, options)?))
         })
     }
 

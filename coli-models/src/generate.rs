@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+use coli_grammar::schema::SchemaOptions;
 use coli_grammar::{GrammarCache, TokenTrie};
 
 use crate::constrained::GrammarConstraint;
@@ -119,6 +120,12 @@ pub struct Completion {
     pub stats: GenStats,
     /// Expert-store figures (None for a model without a store).
     pub experts: Option<ExpertRunStats>,
+    /// What the constraint ignored or relaxed (schema keywords with their paths).
+    pub constraint_warnings: Vec<String>,
+    /// Where a finished output breaks the schema: the grammar is relaxed for some keyword
+    /// (see the warnings) and the validator found the text invalid. Never silent: the CLI
+    /// fails, a server answers with an error.
+    pub schema_violation: Option<String>,
 }
 
 impl Completion {
@@ -133,6 +140,48 @@ impl Completion {
             0 => 0.0,
             n => n as f64 / self.stats.decode_s.max(1e-9),
         }
+    }
+}
+
+/// The schema's notes (ignored and relaxed keywords) and, for a finished output, what the
+/// full validator says of it.
+fn check_output(
+    c: &coli_grammar::Compiled,
+    text: &str,
+    finish: FinishReason,
+) -> (Vec<String>, Option<String>) {
+    let notes = c
+        .warnings()
+        .iter()
+        .chain(c.relaxations())
+        .map(|n| {
+            format!(
+                "JSON Schema at {}: {}: {}",
+                display_path(&n.path),
+                n.keyword,
+                n.msg
+            )
+        })
+        .collect();
+    let violation = match finish {
+        FinishReason::Stop => c.check_complete(text).err().map(|v| {
+            format!(
+                "the output breaks the JSON Schema at {}: {}",
+                display_path(&v.instance_path),
+                v.msg
+            )
+        }),
+        // Cut by max_tokens: incomplete, and said so by the finish reason.
+        FinishReason::Length => None,
+    };
+    (notes, violation)
+}
+
+fn display_path(p: &str) -> &str {
+    if p.is_empty() {
+        "/"
+    } else {
+        p
     }
 }
 
@@ -250,9 +299,13 @@ impl Engine {
         let compiled = match c {
             OutputConstraint::None => return Ok(None),
             OutputConstraint::Gbnf(text) => self.grammars.get(text).map_err(|e| e.to_string()),
-            OutputConstraint::JsonSchema(text) => {
-                self.grammars.get_schema(text).map_err(|e| e.to_string())
-            }
+            // Generation closes objects and bounds whitespace: members the schema does not
+            // declare are not generated, padding is short (every output is still valid; a
+            // small model cannot ramble for ever, and masks at member names stay cheap).
+            OutputConstraint::JsonSchema(text) => self
+                .grammars
+                .get_schema_with(text, SchemaOptions::GENERATION)
+                .map_err(|e| e.to_string()),
         };
         compiled.map(Some).map_err(ModelError::Constraint)
     }
@@ -316,6 +369,10 @@ impl Engine {
         };
         let prefilled = prefilled.unwrap_or_else(snapshot);
         let experts = self.expert_run_stats(&before, &prefilled, &g.stats);
+        let (constraint_warnings, schema_violation) = match &compiled {
+            Some(c) => check_output(c, &text, g.finish_reason),
+            None => (Vec::new(), None),
+        };
         Ok(Completion {
             prompt_ids: g.prompt_ids,
             generated_ids: g.generated_ids,
@@ -323,6 +380,8 @@ impl Engine {
             finish_reason: g.finish_reason,
             stats: g.stats,
             experts,
+            constraint_warnings,
+            schema_violation,
         })
     }
 

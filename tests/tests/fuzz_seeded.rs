@@ -10,8 +10,8 @@
 use std::path::{Path, PathBuf};
 
 use coli_core::fuzzing::{mutate, Rng};
-use coli_models::gguf_import::fuzzing::{import, TinyLlama};
 use coli_models::experts::usage;
+use coli_models::gguf_import::fuzzing::{import, TinyLlama};
 
 fn corpus_dir(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

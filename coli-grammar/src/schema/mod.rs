@@ -144,6 +144,19 @@ pub struct SchemaOptions {
     /// undeclared members are refused, and masks at member names are much cheaper (a few
     /// names instead of nearly any string).
     pub closed_objects: bool,
+    /// Whitespace between tokens is at most one space, or a newline and up to 20 spaces or
+    /// tabs (the specification allows any amount). For generation: a model cannot pad
+    /// for ever.
+    pub bounded_space: bool,
+}
+
+impl SchemaOptions {
+    /// What generation uses: closed objects and bounded whitespace. Every output is valid
+    /// against the schema; the language is narrower than the schema's.
+    pub const GENERATION: SchemaOptions = SchemaOptions {
+        closed_objects: true,
+        bounded_space: true,
+    };
 }
 
 /// The converter's state: rules written so far, names taken, references and merged
@@ -293,11 +306,18 @@ impl<'a> Conv<'a> {
         }
         self.prims.sort_unstable();
         for p in &self.prims {
-            let body = PRIMITIVES
-                .iter()
-                .find(|x| x.0 == *p)
-                .expect("known primitive")
-                .1;
+            let body = match *p {
+                // Generation's whitespace: none, one space, or a newline and an indent of at
+                // most 20 (a model cannot pad for ever).
+                "ws" if self.options.bounded_space => r#"( " " | "\n" [ \t]{0,20} )?"#,
+                _ => {
+                    PRIMITIVES
+                        .iter()
+                        .find(|x| x.0 == *p)
+                        .expect("known primitive")
+                        .1
+                }
+            };
             let _ = writeln!(text, "{p} ::= {body}");
         }
         text

@@ -326,6 +326,7 @@ fn closed_objects_option_refuses_undeclared_members() {
     let s = json!({"type": "object", "properties": {"a": {"type": "integer"}}}).to_string();
     let closed = SchemaOptions {
         closed_objects: true,
+        ..SchemaOptions::default()
     };
     let strict = Compiled::new(&compile_schema_with(&s, closed).unwrap());
     let open = Compiled::new(&compile_schema(&s).unwrap());
@@ -515,4 +516,23 @@ proptest::proptest! {
         let _ = compile_schema(&t);
         let _ = crate::regex::pattern_to_gbnf(&t);
     }
+}
+
+#[test]
+fn bounded_space_option_limits_padding_only() {
+    let s = json!({"type": "array", "items": {"type": "integer"}}).to_string();
+    let bounded = Compiled::new(&compile_schema_with(&s, SchemaOptions::GENERATION).unwrap());
+    let free = Compiled::new(&compile_schema(&s).unwrap());
+    for ok in ["[1,2]", "[ 1, 2 ]", "[\n  1,\n  2\n]"] {
+        assert!(
+            Matcher::matches(&bounded, ok) && Matcher::matches(&free, ok),
+            "{ok}"
+        );
+    }
+    // 21 spaces of indent, or two spaces: valid JSON, but generation does not pad so.
+    let deep = format!("[\n{}1]", " ".repeat(21));
+    for padded in [deep.as_str(), "[  1]", "[1 \n 2]"] {
+        assert!(!Matcher::matches(&bounded, padded), "{padded:?}");
+    }
+    assert!(Matcher::matches(&free, &deep) && Matcher::matches(&free, "[  1]"));
 }
