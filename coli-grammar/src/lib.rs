@@ -18,6 +18,7 @@ pub mod mask;
 pub mod matcher;
 pub mod regex;
 pub mod schema;
+mod slices;
 
 pub use cache::GrammarCache;
 pub use gbnf::{parse, Expr, Grammar, GrammarError, Rule};

@@ -3,6 +3,7 @@
 //! (a token may span several grammar elements, or end inside a UTF-8 character).
 
 use crate::matcher::{at_boundary, Cursor, Matcher, Stepper, Uniform};
+use crate::slices::SLICE_CLASSES;
 
 /// Which tokens are allowed: one bit per token id.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -44,23 +45,6 @@ impl TokenMask {
         self.len == 0
     }
 }
-
-/// The character classes of the trie's slices, widest first (the first that applies at a
-/// state is used): plain JSON string content (no quote, backslash or control character),
-/// ASCII letters and digits, letters, lowercase letters and digits, lowercase letters.
-/// (Surrogates are no characters: string content stops short of them.)
-pub(crate) const SLICE_CLASSES: &[&[(u32, u32)]] = &[
-    &[
-        (0x20, 0x21),
-        (0x23, 0x5B),
-        (0x5D, 0xD7FF),
-        (0xE000, 0x10FFFF),
-    ],
-    &[(0x30, 0x39), (0x41, 0x5A), (0x61, 0x7A)],
-    &[(0x41, 0x5A), (0x61, 0x7A)],
-    &[(0x30, 0x39), (0x61, 0x7A)],
-    &[(0x61, 0x7A)],
-];
 
 /// A slice of the vocabulary: tokens made only of characters of a class (whole UTF-8
 /// characters), by length, and a trie of every other token. Where every character of the

@@ -250,7 +250,7 @@ impl Dfa {
         self.forced.push(UNKNOWN);
         self.uniform.extend(std::iter::repeat_n(
             UNKNOWN,
-            crate::mask::SLICE_CLASSES.len(),
+            crate::slices::SLICE_CLASSES.len(),
         ));
         i
     }
@@ -267,11 +267,11 @@ impl Stepper<'_> {
     /// same place. Characters every stack top treats alike (inside or outside its set)
     /// lead to the same state, so one representative decides.
     pub(crate) fn uniform(&mut self, s: u32, k: usize) -> Uniform {
-        let n = crate::mask::SLICE_CLASSES.len();
+        let n = crate::slices::SLICE_CLASSES.len();
         let idx = s as usize * n + k;
         let mut known = self.dfa.uniform[idx];
         if known == UNKNOWN {
-            let class = crate::mask::SLICE_CLASSES[k];
+            let class = crate::slices::SLICE_CLASSES[k];
             let same = self.dfa.states[s as usize].iter().all(|&top| {
                 match self.g.top_elem(&self.dfa.frames, top) {
                     None => true,
@@ -353,7 +353,7 @@ impl Stepper<'_> {
         if let Some(known) = self.dfa.except.get(&(s, k as u32)) {
             return known.clone();
         }
-        let class = crate::mask::SLICE_CLASSES[k];
+        let class = crate::slices::SLICE_CLASSES[k];
         let mut xs: Vec<u8> = Vec::new();
         let mut ok = true;
         for &top in &self.dfa.states[s as usize] {

@@ -142,7 +142,11 @@ fn rows_block(isa: Isa, m: &MatRef, xs: &[f32], n_tok: usize, r0: usize, r1: usi
     if m.scales.is_some() {
         rows_block_scaled(isa, m, xs, n_tok, r0, r1, out);
     } else {
-        rows_block_strided(isa, m, xs, n_tok, r0, r1, out, m.rows);
+        let out = StridedOut {
+            ptr: out,
+            stride: m.rows,
+        };
+        rows_block_strided(isa, m, xs, n_tok, r0..r1, out);
     }
 }
 
@@ -168,24 +172,34 @@ fn rows_block_scaled(
             let sub = MatRef::new(WFormat::F32, bytemuck_f32(&buf[..nr * k]), nr, k);
             // SAFETY: row r < m.rows lies inside `out`; the sub-block writes rows r..r + nr.
             let shifted = OutPtr(unsafe { out.0.add(r) });
-            rows_block_strided(isa, &sub, xs, n_tok, 0, nr, shifted, m.rows);
+            let out = StridedOut {
+                ptr: shifted,
+                stride: m.rows,
+            };
+            rows_block_strided(isa, &sub, xs, n_tok, 0..nr, out);
             r += nr;
         }
     })
 }
 
-/// [`rows_block`] for an unscaled matrix writing `out[t * stride + r]`.
-#[allow(clippy::too_many_arguments)]
+/// Where a row block writes: token `t`'s output `r` at `ptr[t * stride + r]`.
+#[derive(Clone, Copy)]
+struct StridedOut {
+    ptr: OutPtr,
+    stride: usize,
+}
+
+/// [`rows_block`] for an unscaled matrix: rows `rows` of every token, into `out`.
 fn rows_block_strided(
     isa: Isa,
     m: &MatRef,
     xs: &[f32],
     n_tok: usize,
-    r0: usize,
-    r1: usize,
-    out: OutPtr,
-    stride: usize,
+    rows: std::ops::Range<usize>,
+    out: StridedOut,
 ) {
+    let (r0, r1) = (rows.start, rows.end);
+    let StridedOut { ptr: out, stride } = out;
     let k = m.cols;
     let x = |t: usize| &xs[t * k..(t + 1) * k];
     let put = |t: usize, r: usize, v: f32| {

@@ -43,6 +43,7 @@ pub mod families;
 pub mod generate;
 pub mod gguf_import;
 pub mod sampling;
+mod serde_defaults;
 pub mod session;
 pub mod tokenizer;
 pub mod weights;

@@ -153,6 +153,36 @@ fn cargo(args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// The workspace's `rust-version`, checked: `cargo check` with that toolchain when rustup
+/// can provide it (said and skipped when it cannot: no rustup, or no network to fetch it).
+fn msrv_check() -> bool {
+    const MSRV: &str = "1.89.0";
+    let have = Command::new("rustup")
+        .args(["run", MSRV, "rustc", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+        || Command::new("rustup")
+            .args(["toolchain", "install", MSRV, "--profile", "minimal"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !have {
+        eprintln!("xtask test: MSRV check skipped: toolchain {MSRV} not available here");
+        return true;
+    }
+    eprintln!("+ cargo +{MSRV} check --workspace (rust-version)");
+    let ok = Command::new("rustup")
+        .args(["run", MSRV, "cargo", "check", "--workspace", "--quiet"])
+        .env("CARGO_TARGET_DIR", "target/msrv")
+        .env_remove("CARGO")
+        .env_remove("RUSTC")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("xtask test: the workspace does not build with Rust {MSRV} (rust-version)");
+    }
+    ok
+}
+
 fn test() -> ExitCode {
     let steps: &[&[&str]] = &[
         &["fmt", "--all", "--check"],
@@ -175,6 +205,9 @@ fn test() -> ExitCode {
             eprintln!("xtask test: `cargo {}` failed", s.join(" "));
             return ExitCode::FAILURE;
         }
+    }
+    if !msrv_check() {
+        return ExitCode::FAILURE;
     }
     verify()
 }

@@ -319,19 +319,19 @@ pub struct SigmoidMoeConfig {
     /// Width of each routed expert.
     pub moe_intermediate_size: usize,
     /// Shared experts (fused into one MLP of `n * moe_intermediate_size`).
-    #[serde(default = "crate::families::serde_defaults::one")]
+    #[serde(default = "crate::serde_defaults::one")]
     pub n_shared_experts: usize,
     /// Expert groups.
-    #[serde(default = "crate::families::serde_defaults::one")]
+    #[serde(default = "crate::serde_defaults::one")]
     pub n_group: usize,
     /// Groups a token may route to.
-    #[serde(default = "crate::families::serde_defaults::one")]
+    #[serde(default = "crate::serde_defaults::one")]
     pub topk_group: usize,
     /// Renormalise the chosen weights.
-    #[serde(default = "crate::families::serde_defaults::yes")]
+    #[serde(default = "crate::serde_defaults::yes")]
     pub norm_topk_prob: bool,
     /// Multiplies the routing weights.
-    #[serde(default = "crate::families::serde_defaults::one_f64")]
+    #[serde(default = "crate::serde_defaults::one_f64")]
     pub routed_scaling_factor: f64,
 }
 

@@ -32,10 +32,10 @@ pub struct DeepseekV3Config {
     /// Width of the dense layers' MLP.
     pub intermediate_size: usize,
     /// Leading dense layers.
-    #[serde(default = "crate::families::serde_defaults::three")]
+    #[serde(default = "crate::serde_defaults::three")]
     pub first_k_dense_replace: usize,
     /// Rotary pairs are adjacent elements (`transformers` default true).
-    #[serde(default = "crate::families::serde_defaults::yes")]
+    #[serde(default = "crate::serde_defaults::yes")]
     pub rope_interleave: bool,
     /// Router scoring (only "sigmoid" exists in V3).
     #[serde(default)]

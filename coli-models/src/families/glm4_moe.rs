@@ -36,7 +36,7 @@ pub struct Glm4MoeConfig {
     #[serde(default)]
     pub use_qk_norm: bool,
     /// Leading dense layers.
-    #[serde(default = "crate::families::serde_defaults::one")]
+    #[serde(default = "crate::serde_defaults::one")]
     pub first_k_dense_replace: usize,
 }
 

@@ -31,7 +31,7 @@ pub struct GlmMoeDsaConfig {
     /// Width of the dense layers' MLP.
     pub intermediate_size: usize,
     /// Leading dense layers (when `mlp_layer_types` is absent).
-    #[serde(default = "crate::families::serde_defaults::three")]
+    #[serde(default = "crate::serde_defaults::three")]
     pub first_k_dense_replace: usize,
     /// Per layer "dense" or "sparse".
     #[serde(default)]

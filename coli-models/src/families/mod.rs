@@ -11,7 +11,6 @@ pub mod llama;
 pub mod mixtral;
 pub mod olmoe;
 pub mod qwen_moe;
-pub(crate) mod serde_defaults;
 pub mod skeleton;
 
 use std::path::Path;

@@ -24,7 +24,7 @@ pub struct QwenMoeConfig {
     /// Width of the dense MLP of `mlp_only_layers` / non-sparse layers.
     pub intermediate_size: usize,
     /// Every `decoder_sparse_step`-th layer is sparse.
-    #[serde(default = "crate::families::serde_defaults::one")]
+    #[serde(default = "crate::serde_defaults::one")]
     pub decoder_sparse_step: usize,
     /// Layers that keep a dense MLP.
     #[serde(default)]
