@@ -103,3 +103,32 @@ pub fn embeddings(
     };
     Ok((e, head))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> (tempfile::TempDir, ModelDir) {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("config.json"), r#"{"model_type": "llama"}"#).unwrap();
+        let d = ModelDir::config_only(t.path()).unwrap();
+        (t, d)
+    }
+
+    #[test]
+    fn head_counts_and_head_dim_are_checked_at_load() {
+        let (_t, d) = dir();
+        assert_eq!(head_dim(&d, 576, 9, 3, None).unwrap(), 64);
+        assert_eq!(head_dim(&d, 576, 9, 3, Some(128)).unwrap(), 128);
+        // Larger than RoPE's stack buffers rotate: refused here, not a panic at the first
+        // forward.
+        let e = head_dim(&d, 4096, 2, 2, None).unwrap_err().to_string();
+        assert!(e.contains("head_dim") && e.contains("2048"), "{e}");
+        for (heads, kv, key) in [(0, 1, "num_attention_heads"), (9, 2, "num_key_value_heads")] {
+            let e = head_dim(&d, 576, heads, kv, None).unwrap_err().to_string();
+            assert!(e.contains(key), "{e}");
+        }
+        let e = head_dim(&d, 576, 8, 8, Some(71)).unwrap_err().to_string();
+        assert!(e.contains("even"), "{e}");
+    }
+}
