@@ -427,3 +427,26 @@ pub fn safetensors_file(header: &str, data_len: usize) -> Vec<u8> {
     v.resize(v.len() + data_len, 0);
     v
 }
+
+/// Where the committed seed corpus of a fuzz target lives (`fuzz/seeds/TARGET`).
+pub fn seed_dir(target: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/seeds")
+        .join(target)
+}
+
+/// The committed seed files of a target, in name order (at least one: panics without them,
+/// so a test over them cannot pass vacuously).
+pub fn seed_corpus(target: &str) -> Vec<Vec<u8>> {
+    let dir = seed_dir(target);
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("seed entry").path())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no seed corpus in {}", dir.display());
+    files
+        .iter()
+        .map(|p| std::fs::read(p).expect("seed file"))
+        .collect()
+}

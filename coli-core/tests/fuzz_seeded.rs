@@ -7,7 +7,7 @@
 //! `cargo test --release -p coli-core --test fuzz_seeded -- --ignored` rewrites the
 //! seeds from the makers below.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use coli_core::fuzzing::{self, mutate, safetensors_file, GgufBuilder, Rng};
 
@@ -16,29 +16,11 @@ const MUTATIONS: usize = 20_000;
 /// Random inputs per target.
 const RANDOM: usize = 5000;
 
-fn corpus_dir(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/seeds")
-        .join(target)
-}
-
-/// The committed corpus files of a target (at least one: the test fails without them).
-fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = corpus_dir(target);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no seed corpus in {}", dir.display());
-    files.iter().map(|p| std::fs::read(p).unwrap()).collect()
-}
-
 /// Runs `entry` over the corpus, `MUTATIONS` mutants of each seed and `RANDOM` random
 /// inputs. Every seed must be accepted, and enough mutants too (at least `min_accepted`
 /// per thousand) that the accepting paths, not just the first check, are exercised.
 fn run(target: &str, seed: u64, entry: fn(&[u8]) -> bool, min_accepted: usize) {
-    let seeds = corpus(target);
+    let seeds = coli_core::fuzzing::seed_corpus(target);
     let mut rng = Rng::new(seed);
     let mut accepted = 0;
     for s in &seeds {
@@ -110,9 +92,10 @@ fn corpus_seeds_are_valid_files() {
     }
     for target in ["safetensors", "gguf", "safetensors_index", "config"] {
         for (name, bytes) in seeds(target) {
-            let committed = std::fs::read(corpus_dir(target).join(&name)).unwrap_or_else(|e| {
-                panic!("{target}/{name}: {e} (run the ignored write_seed_corpus)")
-            });
+            let committed = std::fs::read(coli_core::fuzzing::seed_dir(target).join(&name))
+                .unwrap_or_else(|e| {
+                    panic!("{target}/{name}: {e} (run the ignored write_seed_corpus)")
+                });
             assert_eq!(committed, bytes, "{target}/{name} differs from its maker");
         }
     }
@@ -122,7 +105,7 @@ fn corpus_seeds_are_valid_files() {
 #[ignore = "rewrites fuzz/seeds"]
 fn write_seed_corpus() {
     for target in ["safetensors", "gguf", "safetensors_index", "config"] {
-        let dir = corpus_dir(target);
+        let dir = coli_core::fuzzing::seed_dir(target);
         std::fs::create_dir_all(&dir).unwrap();
         for (name, bytes) in seeds(target) {
             std::fs::write(dir.join(name), bytes).unwrap();

@@ -7,28 +7,9 @@
 //!
 //! `cargo test --release -p coli-tests --test fuzz_seeded -- --ignored` rewrites the seeds.
 
-use std::path::{Path, PathBuf};
-
 use coli_core::fuzzing::{mutate, Rng};
 use coli_models::experts::usage;
 use coli_models::gguf_import::fuzzing::{import, TinyLlama};
-
-fn corpus_dir(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/seeds")
-        .join(target)
-}
-
-fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = corpus_dir(target);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no seed corpus in {}", dir.display());
-    files.iter().map(|p| std::fs::read(p).unwrap()).collect()
-}
 
 fn seeds(target: &str) -> Vec<(&'static str, Vec<u8>)> {
     match target {
@@ -55,7 +36,7 @@ fn seeds(target: &str) -> Vec<(&'static str, Vec<u8>)> {
 #[ignore = "rewrites fuzz/seeds"]
 fn write_seed_corpus() {
     for target in ["gguf_import", "usage_sidecar"] {
-        let dir = corpus_dir(target);
+        let dir = coli_core::fuzzing::seed_dir(target);
         std::fs::create_dir_all(&dir).unwrap();
         for (name, bytes) in seeds(target) {
             std::fs::write(dir.join(name), bytes).unwrap();
@@ -67,7 +48,7 @@ fn write_seed_corpus() {
 fn committed_seeds_match_their_makers() {
     for target in ["gguf_import", "usage_sidecar"] {
         for (name, bytes) in seeds(target) {
-            let committed = std::fs::read(corpus_dir(target).join(name))
+            let committed = std::fs::read(coli_core::fuzzing::seed_dir(target).join(name))
                 .unwrap_or_else(|e| panic!("{target}/{name}: {e} (run write_seed_corpus)"));
             assert_eq!(committed, bytes, "{target}/{name} differs from its maker");
         }
@@ -82,7 +63,7 @@ fn gguf_import_seeded() {
         .or_else(|_| tempfile::tempdir())
         .unwrap();
     let mut rng = Rng::new(12);
-    let seeds = corpus("gguf_import");
+    let seeds = coli_core::fuzzing::seed_corpus("gguf_import");
     for s in &seeds {
         // Each seed imports (checked by hand: the entry point only says no panic).
         let src = tmp.path().join("seed.gguf");
@@ -117,7 +98,7 @@ fn usage_entry(data: &[u8]) -> bool {
 fn usage_sidecar_seeded() {
     let mut rng = Rng::new(13);
     let mut accepted = 0;
-    for s in corpus("usage_sidecar") {
+    for s in coli_core::fuzzing::seed_corpus("usage_sidecar") {
         assert!(usage_entry(&s));
         for _ in 0..20_000 {
             accepted += usage_entry(&mutate(&mut rng, &s)) as usize;
