@@ -3,6 +3,7 @@
 //! from the compiled start state, which equals a fresh compile's (tested).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::gbnf::{parse, GrammarError};
@@ -17,6 +18,8 @@ type Entries = (HashMap<String, (Arc<Compiled>, u64)>, u64);
 pub struct GrammarCache {
     entries: Mutex<Entries>,
     capacity: usize,
+    hits: AtomicU64,
+    misses: AtomicU64,
 }
 
 impl GrammarCache {
@@ -25,6 +28,8 @@ impl GrammarCache {
         GrammarCache {
             entries: Mutex::new((HashMap::new(), 0)),
             capacity: capacity.max(1),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
         }
     }
 
@@ -68,9 +73,11 @@ impl GrammarCache {
             let now = *tick;
             if let Some((c, used)) = map.get_mut(&key) {
                 *used = now;
+                self.hits.fetch_add(1, Ordering::Relaxed);
                 return Ok(c.clone());
             }
         }
+        self.misses.fetch_add(1, Ordering::Relaxed);
         let compiled = Arc::new(compile()?);
         let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let (map, tick) = &mut *guard;
@@ -85,6 +92,16 @@ impl GrammarCache {
         }
         map.insert(key, (compiled.clone(), *tick));
         Ok(compiled)
+    }
+
+    /// Lookups answered from the cache.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Lookups that compiled (successfully or not).
+    pub fn misses(&self) -> u64 {
+        self.misses.load(Ordering::Relaxed)
     }
 
     /// Grammars held.

@@ -23,7 +23,7 @@ mod slices;
 pub use cache::GrammarCache;
 pub use gbnf::{parse, Expr, Grammar, GrammarError, Rule};
 pub use mask::{TokenMask, TokenTrie};
-pub use matcher::{Compiled, Matcher};
+pub use matcher::{Compiled, Matcher, MatcherState};
 pub use schema::{
     compile_schema, compile_schema_value, parse_strict, schema_to_gbnf, validator_for, SchemaError,
     SchemaInfo, SchemaNote, Violation,

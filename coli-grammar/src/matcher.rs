@@ -849,6 +849,16 @@ impl Compiled {
         }
     }
 
+    /// A matcher continuing from `state`, which [`Matcher::detach`] took from a matcher of
+    /// this same grammar (a state of another grammar gives meaningless answers).
+    pub fn resume(&self, state: MatcherState) -> Matcher<'_> {
+        Matcher {
+            g: self,
+            data: state.data,
+            hint: state.hint,
+        }
+    }
+
     /// The element a stack top waits for (`None` for an empty stack).
     fn top_elem<'a>(&'a self, frames: &[(Pos, u32, u32)], top: u32) -> Option<&'a Elem> {
         (top != NIL).then(|| {
@@ -1021,7 +1031,24 @@ pub struct Matcher<'g> {
     hint: (u64, u32),
 }
 
+/// A matcher's position without the borrow of its grammar, for owners that keep the
+/// grammar beside it (an `Arc<Compiled>` and its state in one struct): moving in and out
+/// is free, nothing is recomputed.
+#[derive(Clone, Debug)]
+pub struct MatcherState {
+    data: StateData,
+    hint: (u64, u32),
+}
+
 impl<'g> Matcher<'g> {
+    /// Lets go of the grammar, keeping the position ([`Compiled::resume`] takes it back).
+    pub fn detach(self) -> MatcherState {
+        MatcherState {
+            data: self.data,
+            hint: self.hint,
+        }
+    }
+
     /// Advances by one character; false (and unchanged) if the grammar does not allow it.
     pub fn accept_char(&mut self, c: char) -> bool {
         let mut buf = [0u8; 4];

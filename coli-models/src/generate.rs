@@ -145,7 +145,7 @@ impl Completion {
 
 /// The schema's notes (ignored and relaxed keywords) and, for a finished output, what the
 /// full validator says of it.
-fn check_output(
+pub(crate) fn check_output(
     c: &coli_grammar::Compiled,
     text: &str,
     finish: FinishReason,
@@ -203,7 +203,7 @@ type Vocabulary = (Arc<TokenTrie>, Arc<Vec<Vec<u8>>>);
 pub struct Engine {
     dir: PathBuf,
     model: Transformer,
-    tokenizer: Option<TextTokenizer>,
+    pub(crate) tokenizer: Option<TextTokenizer>,
     placement: Placement,
     grammars: GrammarCache,
     vocabulary: OnceLock<Vocabulary>,
@@ -311,7 +311,7 @@ impl Engine {
     }
 
     /// The vocabulary's byte strings and their trie (built on first use, then shared).
-    fn vocabulary(&self) -> Result<&Vocabulary> {
+    pub(crate) fn vocabulary(&self) -> Result<&Vocabulary> {
         let tok = self.tokenizer().map_err(|_| {
             ModelError::Constraint(
                 "a grammar or schema needs the model's tokenizer.json (token bytes)".into(),
@@ -340,7 +340,12 @@ impl Engine {
         let mut constraint = match &compiled {
             Some(c) => {
                 let (trie, bytes) = self.vocabulary()?;
-                let gc = GrammarConstraint::with_trie(c, trie.clone(), bytes.clone(), stop.clone());
+                let gc = GrammarConstraint::with_trie(
+                    c.clone(),
+                    trie.clone(),
+                    bytes.clone(),
+                    stop.clone(),
+                );
                 Some(gc.with_drafts(req.drafts))
             }
             None => None,

@@ -8,6 +8,8 @@
 //!   `transformers` modeling file it mirrors.
 //! * [`experts`]: the expert store (reads, cache policy, prefetch) and routing history.
 //! * [`session`]: KV cache, batched prefill, step-by-step decode.
+//! * [`batch`]: slots (KV caches kept between requests, prefix reuse) and decode steps
+//!   that advance many requests in one batched forward (what a server schedules).
 //! * [`sampling`], [`tokenizer`] (with the chat template), [`constrained`], [`convert`],
 //!   [`gguf_import`].
 //!
@@ -34,6 +36,7 @@
 //! ```
 
 pub mod arch;
+pub mod batch;
 pub mod constrained;
 pub mod convert;
 pub mod demo;
@@ -49,6 +52,7 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use arch::{ModelInfo, Transformer};
+pub use batch::{Batch, Decoding, Slot, SlotOptions, TokenEvent, TokenLogprob};
 pub use error::{ModelError, Result};
 pub use families::{load, load_dir, Capability, FamilyDescriptor, FAMILIES};
 pub use generate::{Completion, Engine, GenerateRequest, OutputConstraint, Prompt};

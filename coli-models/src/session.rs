@@ -99,6 +99,28 @@ impl<'m> Session<'m> {
         self.pos = 0;
     }
 
+    /// Keeps the first `len` positions and forgets the rest (a shared prefix is reused:
+    /// the positions after it are recomputed, with the same bits as the first time).
+    pub fn truncate(&mut self, len: usize) {
+        self.pos = self.pos.min(len);
+    }
+
+    /// The model.
+    pub fn model(&self) -> &'m Transformer {
+        self.model
+    }
+
+    /// The KV cache (for a batched forward over several sessions).
+    pub(crate) fn kv_mut(&mut self) -> &mut KvCache {
+        &mut self.kv
+    }
+
+    /// Marks `n` more positions as fed (after a batched forward wrote their KV).
+    pub(crate) fn advance(&mut self, n: usize) {
+        self.pos += n;
+        debug_assert!(self.pos <= self.kv.capacity);
+    }
+
     /// Checks ids against the vocabulary.
     pub fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
         let vocab_size = self.model.info.vocab_size;
@@ -277,19 +299,29 @@ struct Picker<'s> {
 
 impl Picker<'_> {
     fn pick(&mut self, logits: &[f32], c: &mut dyn Constraint) -> Result<u32> {
-        if !c.active() {
-            return Ok(self.sampler.sample(logits));
-        }
-        self.masked.clear();
-        self.masked.extend_from_slice(logits);
-        c.mask(&mut self.masked);
-        if self.masked.iter().all(|v| *v == f32::NEG_INFINITY) {
-            return Err(ModelError::Tokenizer(
-                "the grammar allows no token here (no vocabulary token continues it)".into(),
-            ));
-        }
-        Ok(self.sampler.sample(&self.masked))
+        pick(self.sampler, &mut self.masked, logits, c)
     }
+}
+
+/// Samples `logits` under `c` (masking into `masked`, a reused buffer).
+pub(crate) fn pick(
+    sampler: &mut Sampler,
+    masked: &mut Vec<f32>,
+    logits: &[f32],
+    c: &mut dyn Constraint,
+) -> Result<u32> {
+    if !c.active() {
+        return Ok(sampler.sample(logits));
+    }
+    masked.clear();
+    masked.extend_from_slice(logits);
+    c.mask(masked);
+    if masked.iter().all(|v| *v == f32::NEG_INFINITY) {
+        return Err(ModelError::Tokenizer(
+            "the grammar allows no token here (no vocabulary token continues it)".into(),
+        ));
+    }
+    Ok(sampler.sample(masked))
 }
 
 /// What one generation has produced so far.
@@ -334,7 +366,7 @@ pub trait Constraint {
 }
 
 /// No constraint.
-struct Unconstrained;
+pub(crate) struct Unconstrained;
 
 impl Constraint for Unconstrained {
     fn active(&self) -> bool {

@@ -100,8 +100,31 @@ impl Attention {
     /// Attention of the step's tokens: leaves the projected output in `s.proj`.
     pub(crate) fn forward(&self, st: &Step, kv: &mut KvCache, s: &mut Scratch) {
         self.project(st, s);
-        self.rotate_and_store(st, kv, s);
-        self.attend(st, kv, s);
+        self.rotate_and_store(st, kv, s, 0);
+        self.attend(st, kv, s, 0);
+        self.output(st, s);
+    }
+
+    /// Attention of a batch of sequences, one token each: row `r` is at position
+    /// `starts[r]` of `kvs[r]`. Projections run over all rows at once; each row's RoPE, KV
+    /// write and attention are the single-token ones, on its own cache.
+    pub(crate) fn forward_rows(
+        &self,
+        st: &Step,
+        kvs: &mut [&mut KvCache],
+        starts: &[usize],
+        s: &mut Scratch,
+    ) {
+        self.project(st, s);
+        for (r, (kv, &start)) in kvs.iter_mut().zip(starts).enumerate() {
+            let row = Step { n: 1, start, ..*st };
+            self.rotate_and_store(&row, kv, s, r);
+            self.attend(&row, kv, s, r);
+        }
+        self.output(st, s);
+    }
+
+    fn output(&self, st: &Step, s: &mut Scratch) {
         let (n, h, qd) = (st.n, st.model.info.hidden_size, self.q_width(st));
         self.o_proj
             .forward(&s.attn[..n * qd], n, &mut s.proj[..n * h]);
@@ -140,10 +163,16 @@ impl Attention {
         }
     }
 
-    /// RoPE on q and k, then the KV writes, per position.
-    fn rotate_and_store(&self, st: &Step, kv: &mut KvCache, s: &mut Scratch) {
+    /// RoPE on q and k, then the KV writes, per position; the step's tokens are the
+    /// scratch rows from `row0` on.
+    fn rotate_and_store(&self, st: &Step, kv: &mut KvCache, s: &mut Scratch, row0: usize) {
         let (n, start, li) = (st.n, st.start, st.layer);
         let (qd, kvd, hd) = (self.q_width(st), self.kv_width(st), st.model.info.head_dim);
+        let (q, k, v) = (
+            &mut s.q[row0 * qd..(row0 + n) * qd],
+            &mut s.k[row0 * kvd..(row0 + n) * kvd],
+            &s.v[row0 * kvd..(row0 + n) * kvd],
+        );
         let (rope, layout) = (&st.model.rope, st.model.rope_layout);
         let kc = &mut kv.keys[li][start * kvd..(start + n) * kvd];
         let vc = &mut kv.values[li][start * kvd..(start + n) * kvd];
@@ -153,17 +182,17 @@ impl Attention {
             vc.copy_from_slice(v);
         };
         match st.positions {
-            PositionLoop::Serial => s.q[..n * qd]
+            PositionLoop::Serial => q
                 .chunks_mut(qd)
-                .zip(s.k[..n * kvd].chunks_mut(kvd))
-                .zip(s.v[..n * kvd].chunks(kvd))
+                .zip(k.chunks_mut(kvd))
+                .zip(v.chunks(kvd))
                 .zip(kc.chunks_mut(kvd).zip(vc.chunks_mut(kvd)))
                 .enumerate()
                 .for_each(work),
-            PositionLoop::Parallel => s.q[..n * qd]
+            PositionLoop::Parallel => q
                 .par_chunks_mut(qd)
-                .zip(s.k[..n * kvd].par_chunks_mut(kvd))
-                .zip(s.v[..n * kvd].par_chunks(kvd))
+                .zip(k.par_chunks_mut(kvd))
+                .zip(v.par_chunks(kvd))
                 .zip(kc.par_chunks_mut(kvd).zip(vc.par_chunks_mut(kvd)))
                 .enumerate()
                 .for_each(work),
@@ -171,8 +200,9 @@ impl Attention {
     }
 
     /// Causal attention over the (position, head) items, split into at most
-    /// ATTENTION_TASKS contiguous groups; each group reuses one row of scores.
-    fn attend(&self, st: &Step, kv: &KvCache, s: &mut Scratch) {
+    /// ATTENTION_TASKS contiguous groups; each group reuses one row of scores. The step's
+    /// tokens are the scratch rows from `row0` on.
+    fn attend(&self, st: &Step, kv: &KvCache, s: &mut Scratch, row0: usize) {
         let info = &st.model.info;
         let (n, start, ctx) = (st.n, st.start, st.ctx());
         let (hd, nh, nkv) = (info.head_dim, info.n_heads, info.n_kv_heads);
@@ -180,10 +210,10 @@ impl Attention {
         let scale = 1.0 / (hd as f32).sqrt();
         let (keys, values) = (&kv.keys[st.layer][..], &kv.values[st.layer][..]);
         let group = nh / nkv;
-        let q = &s.q[..n * qd];
+        let q = &s.q[row0 * qd..(row0 + n) * qd];
         let items = n * nh;
         let per_task = items.div_ceil(ATTENTION_TASKS.min(items));
-        s.attn[..n * qd]
+        s.attn[row0 * qd..(row0 + n) * qd]
             .par_chunks_mut(per_task * hd)
             .zip(s.scores[..items.div_ceil(per_task) * ctx].par_chunks_mut(ctx))
             .enumerate()

@@ -149,15 +149,86 @@ impl Transformer {
         logits: LogitsFor,
         positions: PositionLoop,
     ) -> crate::error::Result<()> {
-        let (n, h) = (tokens.len(), self.info.hidden_size);
+        let n = tokens.len();
         let end = start + n;
         assert!(end <= kv.capacity, "forward past the KV capacity");
         let rows = if logits == LogitsFor::All { n } else { 1 };
         self.reserve(s, n, end, rows);
+        self.embed(tokens, s);
+        self.run_layers(n, start, positions, s, |mixer, step, s| match mixer {
+            Mixer::Gqa(a) => a.forward(step, kv, s),
+            Mixer::Mla(m) => m.forward(step, kv, s),
+        })?;
+        self.head(n - rows, rows, s);
+        Ok(())
+    }
+
+    /// Whether [`Transformer::forward_rows`] can batch this model's sequences (its
+    /// attention blocks are all grouped-query attention).
+    pub fn can_batch(&self) -> bool {
+        self.layers.iter().all(|l| matches!(l.attn, Mixer::Gqa(_)))
+    }
+
+    /// One token for each of several sequences, in one forward: row `r` is `tokens[r]` at
+    /// position `starts[r]` of `kvs[r]`. Every row gets the bits it would get alone (the
+    /// dense and expert matmuls keep one reduction order whatever the rows; attention and
+    /// the KV write are per sequence). Leaves row `r`'s logits in `s.logits[r * vocab..]`.
+    /// Only for models where [`Transformer::can_batch`] holds; ids checked by the caller.
+    pub fn forward_rows(
+        &self,
+        tokens: &[u32],
+        starts: &[usize],
+        kvs: &mut [&mut KvCache],
+        s: &mut Scratch,
+    ) -> crate::error::Result<()> {
+        let n = tokens.len();
+        assert!(
+            n == starts.len() && n == kvs.len(),
+            "one start and cache per row"
+        );
+        assert!(
+            self.can_batch(),
+            "forward_rows needs grouped-query attention"
+        );
+        for (kv, &p) in kvs.iter().zip(starts) {
+            assert!(p < kv.capacity, "forward past the KV capacity");
+        }
+        let ctx = starts.iter().map(|p| p + 1).max().unwrap_or(1);
+        self.reserve(s, n, ctx, n);
+        self.embed(tokens, s);
+        self.run_layers(
+            n,
+            0,
+            PositionLoop::Serial,
+            s,
+            |mixer, step, s| match mixer {
+                Mixer::Gqa(a) => a.forward_rows(step, kvs, starts, s),
+                Mixer::Mla(_) => unreachable!("checked by can_batch"),
+            },
+        )?;
+        self.head(0, n, s);
+        Ok(())
+    }
+
+    fn embed(&self, tokens: &[u32], s: &mut Scratch) {
+        let h = self.info.hidden_size;
         for (t, &tok) in tokens.iter().enumerate() {
             self.embed_tokens
                 .row_f32(tok as usize, &mut s.x[t * h..(t + 1) * h]);
         }
+    }
+
+    /// The layers over the `n` rows of `s.x`, with `attend` running each layer's mixer
+    /// (one sequence's positions, or a batch of sequences).
+    fn run_layers(
+        &self,
+        n: usize,
+        start: usize,
+        positions: PositionLoop,
+        s: &mut Scratch,
+        mut attend: impl FnMut(&Mixer, &Step, &mut Scratch),
+    ) -> crate::error::Result<()> {
+        let h = self.info.hidden_size;
         for (li, layer) in self.layers.iter().enumerate() {
             let step = Step {
                 model: self,
@@ -172,10 +243,7 @@ impl Transformer {
                 self.rms_norm_eps,
                 &mut s.xn[..n * h],
             );
-            match &layer.attn {
-                Mixer::Gqa(a) => a.forward(&step, kv, s),
-                Mixer::Mla(m) => m.forward(&step, kv, s),
-            }
+            attend(&layer.attn, &step, s);
             add_into(&mut s.x[..n * h], &s.proj[..n * h]);
             norm_rows(
                 &s.x[..n * h],
@@ -189,17 +257,20 @@ impl Transformer {
             }
             add_into(&mut s.x[..n * h], &s.proj[..n * h]);
         }
-        let first = n - rows;
+        Ok(())
+    }
+
+    /// The final norm and the LM head over rows `first..first + rows` of `s.x`.
+    fn head(&self, first: usize, rows: usize, s: &mut Scratch) {
+        let (h, v) = (self.info.hidden_size, self.info.vocab_size);
         norm_rows(
-            &s.x[first * h..n * h],
+            &s.x[first * h..(first + rows) * h],
             &self.norm,
             self.rms_norm_eps,
             &mut s.xn[..rows * h],
         );
-        let v = self.info.vocab_size;
         self.lm_head
             .forward(&s.xn[..rows * h], rows, &mut s.logits[..rows * v]);
-        Ok(())
     }
 }
 

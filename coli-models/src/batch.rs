@@ -1,0 +1,425 @@
+//! Many conversations over one model, advanced together: a [`Slot`] is a KV cache kept
+//! between requests (with the tokens it holds, so a request that shares a prefix with the
+//! last one only computes the rest), a [`Decoding`] is one request in flight on a slot,
+//! and [`Engine::step`] advances every running decoding by one token in **one** batched
+//! forward: the dense weights are read once per step for the whole batch, and a MoE layer
+//! reads the union of the batch's experts once.
+//!
+//! Batching never changes tokens: every row of a batched forward computes what the same
+//! token computes alone (the kernels keep one reduction order whatever the rows), each
+//! sequence attends only to its own KV cache, and each request samples with its own
+//! seeded sampler. `tests/tests/batching.rs` checks it byte for byte.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use coli_grammar::schema::SchemaOptions;
+use coli_grammar::{Compiled, GrammarCache};
+
+use crate::arch::Scratch;
+use crate::constrained::GrammarConstraint;
+use crate::error::{ModelError, Result};
+use crate::generate::{check_output, Engine, GenerateRequest, OutputConstraint};
+use crate::sampling::{log_sum_exp, Sampler};
+use crate::session::{pick, Constraint, FinishReason, GenStats, Session, Unconstrained};
+use crate::tokenizer::TokenStream;
+
+/// Compiled grammars a slot keeps: a client resending one schema every turn (an agent)
+/// lands on the slot holding its conversation and compiles it once.
+const SLOT_GRAMMARS: usize = 4;
+
+/// A KV cache that outlives requests, with the tokens whose keys and values it holds.
+pub struct Slot<'e> {
+    session: Session<'e>,
+    tokens: Vec<u32>,
+    grammars: GrammarCache,
+}
+
+impl Slot<'_> {
+    /// The tokens held in the KV cache (the last conversation's prompt and answer).
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Positions the slot can hold.
+    pub fn capacity(&self) -> usize {
+        self.session.capacity()
+    }
+
+    /// How many leading tokens of `prompt` this slot already holds.
+    pub fn common_prefix(&self, prompt: &[u32]) -> usize {
+        self.tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+    }
+
+    /// The slot's grammar compile cache (hits and misses).
+    pub fn grammars(&self) -> &GrammarCache {
+        &self.grammars
+    }
+
+    /// Forgets what the slot holds.
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.session.reset();
+    }
+}
+
+/// The log-probability of a sampled token and of the most likely alternatives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    /// The sampled token's log-probability under the model (before any mask).
+    pub logprob: f64,
+    /// The most likely tokens and their log-probabilities, best first.
+    pub top: Vec<(u32, f64)>,
+}
+
+/// One generated token.
+#[derive(Clone, Debug)]
+pub struct TokenEvent {
+    /// The token.
+    pub id: u32,
+    /// The text it completes (may be empty).
+    pub text: String,
+    /// Its log-probabilities, when asked for.
+    pub logprob: Option<TokenLogprob>,
+}
+
+/// One request in flight on a slot.
+pub struct Decoding<'e> {
+    sampler: Sampler,
+    masked: Vec<f32>,
+    constraint: Option<GrammarConstraint>,
+    stop: Vec<u32>,
+    max_tokens: usize,
+    prompt_tokens: usize,
+    cached_tokens: usize,
+    generated: Vec<u32>,
+    finish: Option<FinishReason>,
+    stream: Option<TokenStream<'e>>,
+    logprobs: Option<usize>,
+    stats: GenStats,
+    last: Option<TokenEvent>,
+}
+
+impl Decoding<'_> {
+    /// Why it ended, once it has.
+    pub fn finish(&self) -> Option<FinishReason> {
+        self.finish
+    }
+
+    /// The tokens generated so far.
+    pub fn generated(&self) -> &[u32] {
+        &self.generated
+    }
+
+    /// Prompt tokens.
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_tokens
+    }
+
+    /// Prompt tokens whose KV came from the slot (not recomputed).
+    pub fn cached_tokens(&self) -> usize {
+        self.cached_tokens
+    }
+
+    /// Timings so far.
+    pub fn stats(&self) -> &GenStats {
+        &self.stats
+    }
+
+    /// The token the last call produced (taken: a second call gives `None`).
+    pub fn take_event(&mut self) -> Option<TokenEvent> {
+        self.last.take()
+    }
+
+    /// Ends the request early (a client went away, a stop string appeared).
+    pub fn cancel(&mut self) {
+        if self.finish.is_none() {
+            self.finish = Some(FinishReason::Stop);
+        }
+    }
+
+    /// The constraint's notes and, for an output that finished, the full validator's
+    /// verdict on `text` (see [`crate::Completion::schema_violation`]).
+    pub fn check_output(&self, text: &str) -> (Vec<String>, Option<String>) {
+        match &self.constraint {
+            Some(c) => check_output(
+                c.grammar(),
+                text,
+                self.finish.unwrap_or(FinishReason::Length),
+            ),
+            None => (Vec::new(), None),
+        }
+    }
+
+    /// Samples from `logits` and records the token (ending the request on a stop id, a
+    /// complete grammar, `max_tokens` or a full context at `pos`).
+    fn pick_and_emit(&mut self, logits: &[f32], pos: usize, capacity: usize) -> Result<()> {
+        let mut none = Unconstrained;
+        let c: &mut dyn Constraint = match self.constraint.as_mut() {
+            Some(c) => c,
+            None => &mut none,
+        };
+        let id = pick(&mut self.sampler, &mut self.masked, logits, c)?;
+        let logprob = self.logprobs.map(|n| logprob_of(logits, id, n));
+        self.generated.push(id);
+        let text = match self.stream.as_mut() {
+            Some(s) => s.push(id)?,
+            None => String::new(),
+        };
+        self.last = Some(TokenEvent { id, text, logprob });
+        let complete = match self.constraint.as_mut() {
+            Some(c) => !c.accept(id),
+            None => false,
+        };
+        if self.stop.contains(&id) || complete {
+            self.finish = Some(FinishReason::Stop);
+        } else if self.generated.len() >= self.max_tokens || pos >= capacity {
+            self.finish = Some(FinishReason::Length);
+        }
+        Ok(())
+    }
+}
+
+/// Log-probabilities of `id` and of the `n` most likely tokens.
+fn logprob_of(logits: &[f32], id: u32, n: usize) -> TokenLogprob {
+    let lse = log_sum_exp(logits);
+    let mut top: Vec<(u32, f64)> = Vec::with_capacity(n + 1);
+    if n > 0 {
+        let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+        let by = |a: &u32, b: &u32| {
+            logits[*b as usize]
+                .total_cmp(&logits[*a as usize])
+                .then(a.cmp(b))
+        };
+        let k = n.min(order.len());
+        order.select_nth_unstable_by(k - 1, by);
+        order.truncate(k);
+        order.sort_unstable_by(by);
+        top = order
+            .into_iter()
+            .map(|t| (t, logits[t as usize] as f64 - lse))
+            .collect();
+    }
+    TokenLogprob {
+        logprob: logits[id as usize] as f64 - lse,
+        top,
+    }
+}
+
+/// The buffers of batched decode steps (sized for the largest batch seen).
+#[derive(Default)]
+pub struct Batch {
+    scratch: Scratch,
+    logits: Vec<f32>,
+    tokens: Vec<u32>,
+    rows: Vec<usize>,
+}
+
+impl Batch {
+    /// Empty buffers.
+    pub fn new() -> Batch {
+        Batch::default()
+    }
+}
+
+/// Extra options of a request started on a slot.
+#[derive(Clone, Debug, Default)]
+pub struct SlotOptions {
+    /// Report the sampled token's log-probability and this many alternatives.
+    pub logprobs: Option<usize>,
+}
+
+impl Engine {
+    /// A slot able to hold `capacity` positions (allocated now; decode never allocates).
+    pub fn slot(&self, capacity: usize) -> Slot<'_> {
+        Slot {
+            session: Session::new(self.model(), capacity.max(1)),
+            tokens: Vec::new(),
+            grammars: GrammarCache::new(SLOT_GRAMMARS),
+        }
+    }
+
+    fn compile_in(
+        &self,
+        cache: &GrammarCache,
+        c: &OutputConstraint,
+    ) -> Result<Option<Arc<Compiled>>> {
+        let compiled = match c {
+            OutputConstraint::None => return Ok(None),
+            OutputConstraint::Gbnf(text) => cache.get(text).map_err(|e| e.to_string()),
+            OutputConstraint::JsonSchema(text) => cache
+                .get_schema_with(text, SchemaOptions::GENERATION)
+                .map_err(|e| e.to_string()),
+        };
+        compiled.map(Some).map_err(ModelError::Constraint)
+    }
+
+    /// Starts `req` on `slot`: reuses the longest prefix of the prompt the slot holds,
+    /// prefills the rest and samples the first token (see [`Decoding::take_event`]).
+    /// `max_tokens` is clamped to the room left in the slot. Drafts are not used here
+    /// (they change speed only).
+    pub fn begin<'e>(
+        &'e self,
+        slot: &mut Slot<'e>,
+        req: &GenerateRequest,
+        opts: &SlotOptions,
+    ) -> Result<Decoding<'e>> {
+        let started = Instant::now();
+        let prompt = self.prompt_ids(&req.prompt)?;
+        if prompt.is_empty() {
+            return Err(ModelError::EmptyPrompt);
+        }
+        let capacity = slot.capacity();
+        if prompt.len() >= capacity {
+            return Err(ModelError::ContextFull {
+                needed: prompt.len() + 1,
+                capacity,
+            });
+        }
+        let stop = if req.ignore_eos {
+            Vec::new()
+        } else {
+            self.eos_ids()
+        };
+        let constraint = match self.compile_in(&slot.grammars, &req.constraint)? {
+            Some(c) => {
+                let (trie, bytes) = self.vocabulary()?;
+                Some(
+                    GrammarConstraint::with_trie(c, trie.clone(), bytes.clone(), stop.clone())
+                        .with_drafts(false),
+                )
+            }
+            None => None,
+        };
+        // At least the last prompt token is recomputed: its logits give the first token.
+        let reuse = slot.common_prefix(&prompt).min(prompt.len() - 1);
+        slot.session.truncate(reuse);
+        slot.tokens.truncate(reuse);
+        let mut d = Decoding {
+            sampler: Sampler::new(req.sampling.clone()),
+            masked: Vec::new(),
+            constraint,
+            stop,
+            max_tokens: req.max_tokens.min(capacity - prompt.len()),
+            prompt_tokens: prompt.len(),
+            cached_tokens: reuse,
+            generated: Vec::new(),
+            finish: None,
+            stream: self.tokenizer.as_ref().map(|t| t.stream()),
+            logprobs: opts.logprobs,
+            stats: GenStats {
+                prompt_tokens: prompt.len(),
+                ..GenStats::default()
+            },
+            last: None,
+        };
+        let logits = slot.session.forward(&prompt[reuse..], false)?;
+        slot.tokens.extend_from_slice(&prompt[reuse..]);
+        d.stats.prefill_s = started.elapsed().as_secs_f64();
+        if d.max_tokens == 0 {
+            d.finish = Some(FinishReason::Length);
+            return Ok(d);
+        }
+        d.pick_and_emit(logits, prompt.len(), capacity)?;
+        d.stats.ttft_s = started.elapsed().as_secs_f64();
+        Ok(d)
+    }
+
+    /// Advances every unfinished decoding of `batch` by one token, in one forward over all
+    /// of them (each row at its own position, attending to its own slot's cache). Each
+    /// produced token is then available from [`Decoding::take_event`].
+    pub fn step<'e>(
+        &'e self,
+        buffers: &mut Batch,
+        batch: &mut [(&mut Slot<'e>, &mut Decoding<'e>)],
+    ) -> Result<()> {
+        buffers.tokens.clear();
+        buffers.rows.clear();
+        for (i, (slot, d)) in batch.iter_mut().enumerate() {
+            if d.finish.is_some() {
+                continue;
+            }
+            let Some(&last) = d.generated.last() else {
+                continue;
+            };
+            buffers.tokens.push(last);
+            buffers.rows.push(i);
+            slot.tokens.push(last);
+        }
+        if buffers.rows.is_empty() {
+            return Ok(());
+        }
+        let vocab = self.model().info.vocab_size;
+        let t0 = Instant::now();
+        {
+            let mut seqs: Vec<(&mut Session<'e>, u32)> = Vec::with_capacity(buffers.rows.len());
+            let mut rows = buffers.rows.iter().peekable();
+            for (i, (slot, _)) in batch.iter_mut().enumerate() {
+                if rows.peek() == Some(&&i) {
+                    rows.next();
+                    let tok = *slot.tokens.last().expect("pushed above");
+                    seqs.push((&mut slot.session, tok));
+                }
+            }
+            forward_batch(&mut buffers.scratch, &mut buffers.logits, &mut seqs)?;
+        }
+        let dt = t0.elapsed().as_secs_f64();
+        for (r, &i) in buffers.rows.iter().enumerate() {
+            let (slot, d) = &mut batch[i];
+            let logits = &buffers.logits[r * vocab..(r + 1) * vocab];
+            let (pos, capacity) = (slot.session.len(), slot.capacity());
+            d.stats.decode_tokens += 1;
+            d.stats.decode_s += dt;
+            d.pick_and_emit(logits, pos, capacity)?;
+        }
+        Ok(())
+    }
+}
+
+/// One decode token for each session: row `r` is `seqs[r].1` at the session's next
+/// position. Leaves row `r`'s logits in `logits[r * vocab..]`. Models whose attention
+/// cannot be batched yet (MLA) run the sessions one after another, with the same bits.
+fn forward_batch(
+    scratch: &mut Scratch,
+    logits: &mut Vec<f32>,
+    seqs: &mut [(&mut Session<'_>, u32)],
+) -> Result<()> {
+    let Some((first, _)) = seqs.first() else {
+        return Ok(());
+    };
+    let model = first.model();
+    let vocab = model.info.vocab_size;
+    logits.resize(seqs.len() * vocab, 0.0);
+    for (s, t) in seqs.iter() {
+        s.check_tokens(&[*t])?;
+        if s.len() >= s.capacity() {
+            return Err(ModelError::ContextFull {
+                needed: s.len() + 1,
+                capacity: s.capacity(),
+            });
+        }
+    }
+    if !model.can_batch() {
+        for (r, (s, t)) in seqs.iter_mut().enumerate() {
+            let row = s.forward(&[*t], false)?;
+            logits[r * vocab..(r + 1) * vocab].copy_from_slice(row);
+        }
+        return Ok(());
+    }
+    let tokens: Vec<u32> = seqs.iter().map(|(_, t)| *t).collect();
+    let starts: Vec<usize> = seqs.iter().map(|(s, _)| s.len()).collect();
+    {
+        let mut kvs: Vec<&mut crate::arch::KvCache> =
+            seqs.iter_mut().map(|(s, _)| s.kv_mut()).collect();
+        model.forward_rows(&tokens, &starts, &mut kvs, scratch)?;
+    }
+    logits.copy_from_slice(&scratch.logits[..seqs.len() * vocab]);
+    for (s, _) in seqs.iter_mut() {
+        s.advance(1);
+    }
+    Ok(())
+}
