@@ -217,3 +217,60 @@ impl ModelArg {
         }
     }
 }
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    pub(crate) m: ModelArg,
+    /// Address to bind. The default serves this machine only.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub(crate) host: String,
+    /// Port (0 picks a free one and prints it).
+    #[arg(long, default_value_t = 8080)]
+    pub(crate) port: u16,
+    /// Sessions over the one loaded model, decoded together in one batched forward.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) slots: usize,
+    /// Requests allowed to wait for a slot (beyond: 429 with Retry-After).
+    #[arg(long, default_value_t = 64)]
+    pub(crate) queue: usize,
+    /// Require `Authorization: Bearer KEY` on every request but /health.
+    #[arg(long, env = "COLI_API_KEY", hide_env_values = true)]
+    pub(crate) api_key: Option<String>,
+    /// Positions per slot, prompt plus answer (default: the model's context, at most 4096).
+    #[arg(long)]
+    pub(crate) ctx: Option<usize>,
+    /// Save each slot's KV cache here on shutdown and restore it on start.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) kv_dir: Option<PathBuf>,
+    /// Also accept requests whose Host header names this host (repeatable).
+    #[arg(long, value_name = "HOST")]
+    pub(crate) allow_host: Vec<String>,
+    /// Largest request body, in MB.
+    #[arg(long, default_value_t = 4.0)]
+    pub(crate) body_limit_mb: f64,
+}
+
+#[derive(Args)]
+pub(crate) struct ChatArgs {
+    #[command(flatten)]
+    pub(crate) m: ModelArg,
+    /// A system prompt to start with.
+    #[arg(long)]
+    pub(crate) system: Option<String>,
+    /// Most new tokens per answer.
+    #[arg(long, default_value_t = 512)]
+    pub(crate) max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) temperature: f32,
+    /// Nucleus sampling mass.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) top_p: f32,
+    /// RNG seed.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// Positions the conversation may hold (default: the model's context, at most 8192).
+    #[arg(long)]
+    pub(crate) ctx: Option<usize>,
+}

@@ -3,8 +3,10 @@
 //! tune) and prints. No model logic lives here.
 
 mod args;
+mod chat;
 mod manage;
 mod run;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,6 +30,10 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt (streams to stdout).
     Run(RunArgs),
+    /// Interactive chat in the terminal (streaming, history, /reset /system /stats /save).
+    Chat(ChatArgs),
+    /// OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /metrics…
+    Serve(ServeArgs),
     /// Teacher-forced forward over a token sequence: per-position argmax and NLL.
     Eval(EvalArgs),
     /// List supported model types, or describe a model.
@@ -72,6 +78,8 @@ fn main() -> ExitCode {
     let threads = match &cli.command {
         Command::Run(a) => threads(&a.m),
         Command::Eval(a) => threads(&a.m),
+        Command::Chat(a) => threads(&a.m),
+        Command::Serve(a) => threads(&a.m),
         _ => None,
     };
     // All work runs on a worker of one pool: its parallel loops then use the workers' own
@@ -80,6 +88,8 @@ fn main() -> ExitCode {
         pool.install(|| match cli.command {
             Command::Run(a) => run::run(a),
             Command::Eval(a) => run::eval(a),
+            Command::Chat(a) => chat::chat(a),
+            Command::Serve(a) => serve::serve(a),
             Command::Info(a) => manage::info(a),
             Command::Convert(a) => manage::convert(a),
             Command::Doctor(a) => manage::doctor(a),

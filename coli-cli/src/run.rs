@@ -13,7 +13,7 @@ use crate::args::{EvalArgs, ModelArg, RunArgs};
 use crate::Outcome;
 
 /// Resolves the placement and opens the engine.
-fn open(m: &ModelArg) -> Result<Engine, String> {
+pub(crate) fn open(m: &ModelArg) -> Result<Engine, String> {
     let dir = crate::dir_or_demo(m.model.clone())?;
     let placement =
         coli_plan::tier::resolve(&m.placement_flags(), &dir).map_err(|e| e.to_string())?;

@@ -10,6 +10,7 @@
 //! sequence attends only to its own KV cache, and each request samples with its own
 //! seeded sampler. `tests/tests/batching.rs` checks it byte for byte.
 
+use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,7 +23,7 @@ use crate::error::{ModelError, Result};
 use crate::generate::{check_output, Engine, GenerateRequest, OutputConstraint};
 use crate::sampling::{log_sum_exp, Sampler};
 use crate::session::{pick, Constraint, FinishReason, GenStats, Session, Unconstrained};
-use crate::tokenizer::TokenStream;
+use crate::tokenizer::{TextTokenizer, TokenStream};
 
 /// Compiled grammars a slot keeps: a client resending one schema every turn (an agent)
 /// lands on the slot holding its conversation and compiles it once.
@@ -65,6 +66,81 @@ impl Slot<'_> {
         self.tokens.clear();
         self.session.reset();
     }
+
+    /// Writes the tokens the slot holds and their KV rows (little-endian): the token
+    /// count (u64), the tokens (u32 each), then per layer the keys, values and indexer keys
+    /// of those positions (f32 each).
+    pub fn save_state(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        let n = self.tokens.len();
+        w.write_all(&(n as u64).to_le_bytes())?;
+        for t in &self.tokens {
+            w.write_all(&t.to_le_bytes())?;
+        }
+        let kv = self.session.kv();
+        for buf in kv.keys.iter().chain(&kv.values).chain(&kv.index_keys) {
+            let width = buf.len() / kv.capacity.max(1);
+            for x in &buf[..n * width] {
+                w.write_all(&x.to_le_bytes())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what [`Slot::save_state`] wrote for a model of this shape. On any error the
+    /// slot is left empty.
+    pub fn load_state(&mut self, r: &mut dyn Read) -> Result<()> {
+        let result = self.read_state(r);
+        if result.is_err() {
+            self.clear();
+        }
+        result
+    }
+
+    fn read_state(&mut self, r: &mut dyn Read) -> Result<()> {
+        let bad = |e: std::io::Error| ModelError::Inconsistent(format!("slot state: {e}"));
+        self.clear();
+        let mut b8 = [0u8; 8];
+        r.read_exact(&mut b8).map_err(bad)?;
+        let n = u64::from_le_bytes(b8);
+        let capacity = self.capacity();
+        if n as usize >= capacity {
+            return Err(ModelError::ContextFull {
+                needed: n as usize + 1,
+                capacity,
+            });
+        }
+        let n = n as usize;
+        let mut b4 = [0u8; 4];
+        let mut tokens = Vec::with_capacity(n);
+        for _ in 0..n {
+            r.read_exact(&mut b4).map_err(bad)?;
+            tokens.push(u32::from_le_bytes(b4));
+        }
+        self.session.check_tokens(&tokens)?;
+        let kv = self.session.kv_mut();
+        let cap = kv.capacity.max(1);
+        for buf in kv
+            .keys
+            .iter_mut()
+            .chain(kv.values.iter_mut())
+            .chain(kv.index_keys.iter_mut())
+        {
+            let width = buf.len() / cap;
+            for x in &mut buf[..n * width] {
+                r.read_exact(&mut b4).map_err(bad)?;
+                *x = f32::from_le_bytes(b4);
+            }
+        }
+        if r.read(&mut b4).map_err(bad)? != 0 {
+            return Err(ModelError::Inconsistent(
+                "slot state: bytes after the last layer (another model's shape)".into(),
+            ));
+        }
+        self.session.truncate(0);
+        self.session.advance(n);
+        self.tokens = tokens;
+        Ok(())
+    }
 }
 
 /// The log-probability of a sampled token and of the most likely alternatives.
@@ -99,6 +175,7 @@ pub struct Decoding<'e> {
     generated: Vec<u32>,
     finish: Option<FinishReason>,
     stream: Option<TokenStream<'e>>,
+    tokenizer: Option<&'e TextTokenizer>,
     logprobs: Option<usize>,
     stats: GenStats,
     last: Option<TokenEvent>,
@@ -133,6 +210,11 @@ impl Decoding<'_> {
     /// The token the last call produced (taken: a second call gives `None`).
     pub fn take_event(&mut self) -> Option<TokenEvent> {
         self.last.take()
+    }
+
+    /// `ids` as text (special tokens skipped), when the model has a tokenizer.
+    pub fn decode(&self, ids: &[u32]) -> Option<String> {
+        self.tokenizer.and_then(|t| t.decode(ids, true).ok())
     }
 
     /// Ends the request early (a client went away, a stop string appeared).
@@ -310,6 +392,7 @@ impl Engine {
             generated: Vec::new(),
             finish: None,
             stream: self.tokenizer.as_ref().map(|t| t.stream()),
+            tokenizer: self.tokenizer.as_ref(),
             logprobs: opts.logprobs,
             stats: GenStats {
                 prompt_tokens: prompt.len(),

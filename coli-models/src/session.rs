@@ -110,6 +110,11 @@ impl<'m> Session<'m> {
         self.model
     }
 
+    /// The KV cache.
+    pub(crate) fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
     /// The KV cache (for a batched forward over several sessions).
     pub(crate) fn kv_mut(&mut self) -> &mut KvCache {
         &mut self.kv

@@ -1,0 +1,699 @@
+//! The HTTP endpoints. Handlers check and translate requests, hand them to the scheduler
+//! and translate its events back into OpenAI's shapes (JSON, or server-sent events).
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use coli_models::{
+    Engine, FinishReason, GenerateRequest, OutputConstraint, Prompt, SamplingParams, SlotOptions,
+    TokenEvent,
+};
+use serde_json::{json, Value};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use crate::chat::{self, ChatPlan};
+use crate::openai::{parse, ApiError, ChatRequest, CompletionPrompt, CompletionRequest, Sampling};
+use crate::scheduler::{Event, Finished, Job, Rejected, Scheduler};
+use crate::stops::StopScanner;
+use crate::{guard, ServeConfig};
+
+/// What every handler sees.
+pub struct AppState {
+    /// The model.
+    pub engine: Arc<Engine>,
+    /// The scheduler's handle.
+    pub sched: Scheduler,
+    /// The server's settings.
+    pub cfg: ServeConfig,
+    /// The name `/v1/models` lists.
+    pub model_id: String,
+    seeds: AtomicU64,
+}
+
+impl AppState {
+    /// The state of a server over `engine`.
+    pub fn new(engine: Arc<Engine>, sched: Scheduler, cfg: ServeConfig) -> AppState {
+        let model_id = engine
+            .dir()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "coli".into());
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        AppState {
+            engine,
+            sched,
+            cfg,
+            model_id,
+            seeds: AtomicU64::new(seed),
+        }
+    }
+}
+
+type St = State<Arc<AppState>>;
+
+/// The router with every endpoint, the body limit, the Host guard and auth.
+pub fn router(state: Arc<AppState>) -> Router {
+    let limit = state.cfg.body_limit;
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/apply-template", post(apply_template))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::check,
+        ))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        "no such endpoint",
+    )
+}
+
+async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn models(State(st): St) -> Json<Value> {
+    let info = &st.engine.model().info;
+    Json(json!({"object": "list", "data": [{
+        "id": st.model_id,
+        "object": "model",
+        "created": 0,
+        "owned_by": "coli",
+        "meta": {
+            "model_type": info.model_type,
+            "vocab_size": info.vocab_size,
+            "context_per_slot": st.cfg.ctx,
+            "slots": st.cfg.slots,
+        }
+    }]}))
+}
+
+async fn metrics(State(st): St) -> Response {
+    let sh = &st.sched.shared;
+    let g = crate::metrics::Gauges {
+        waiting: sh.waiting.load(Ordering::Relaxed),
+        running: sh.running.load(Ordering::Relaxed),
+        slots: sh.slots,
+        ctx: sh.ctx,
+        kv_tokens: sh.kv_tokens.load(Ordering::Relaxed),
+        grammar_hits: sh.grammar_hits.load(Ordering::Relaxed),
+        grammar_misses: sh.grammar_misses.load(Ordering::Relaxed),
+    };
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        sh.metrics.render(&g),
+    )
+        .into_response()
+}
+
+/// The body, or 413 when it is over the limit.
+fn body(b: Result<Bytes, axum::extract::rejection::BytesRejection>) -> Result<Bytes, ApiError> {
+    b.map_err(|e| {
+        let status = e.status();
+        ApiError::new(status, "invalid_request_error", e.body_text())
+    })
+}
+
+async fn apply_template(
+    State(st): St,
+    b: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    #[derive(serde::Deserialize)]
+    struct Req {
+        messages: Vec<Value>,
+        tools: Option<Vec<Value>>,
+        add_generation_prompt: Option<bool>,
+        chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+    }
+    let r: Req = parse(&body(b)?)?;
+    let prompt = chat::render(
+        &st.engine,
+        &r.messages,
+        r.tools.as_deref(),
+        r.add_generation_prompt.unwrap_or(true),
+        r.chat_template_kwargs.unwrap_or_default(),
+    )?;
+    Ok(Json(json!({ "prompt": prompt })))
+}
+
+async fn tokenize(
+    State(st): St,
+    b: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    #[derive(serde::Deserialize)]
+    struct Req {
+        content: String,
+    }
+    let r: Req = parse(&body(b)?)?;
+    let tok = tokenizer(&st.engine)?;
+    let ids = tok
+        .encode(&r.content)
+        .map_err(|e| ApiError::invalid(Some("content"), e.to_string()))?;
+    Ok(Json(json!({ "tokens": ids })))
+}
+
+async fn detokenize(
+    State(st): St,
+    b: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    #[derive(serde::Deserialize)]
+    struct Req {
+        tokens: Vec<u32>,
+    }
+    let r: Req = parse(&body(b)?)?;
+    let vocab = st.engine.model().info.vocab_size;
+    if let Some(t) = r.tokens.iter().find(|&&t| t as usize >= vocab) {
+        return Err(ApiError::invalid(
+            Some("tokens"),
+            format!("token {t} is outside the vocabulary (size {vocab})"),
+        ));
+    }
+    let text = tokenizer(&st.engine)?
+        .decode(&r.tokens, false)
+        .map_err(|e| ApiError::invalid(Some("tokens"), e.to_string()))?;
+    Ok(Json(json!({ "content": text })))
+}
+
+/// The engine's tokenizer, or a 400 saying the model has none.
+pub fn tokenizer(engine: &Engine) -> Result<&coli_models::TextTokenizer, ApiError> {
+    engine
+        .tokenizer()
+        .map_err(|e| ApiError::invalid(None, format!("the model has no tokenizer: {e}")))
+}
+
+/// Which API shape a generation answers in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Chat,
+    Completion,
+}
+
+/// A checked generation, ready for the scheduler.
+struct Plan {
+    kind: Kind,
+    prompt_ids: Vec<u32>,
+    sampling: Sampling,
+    constraint: OutputConstraint,
+    logprobs: Option<usize>,
+    stream: bool,
+    include_usage: bool,
+    ignore_eos: bool,
+    chat: Option<ChatPlan>,
+}
+
+async fn chat_completions(
+    State(st): St,
+    b: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let result = async {
+        let r: ChatRequest = parse(&body(b)?)?;
+        let sampling = r.common.check()?;
+        let logprobs = match (r.logprobs, r.top_logprobs) {
+            (_, Some(n)) if n > 20 => {
+                return Err(ApiError::invalid(
+                    Some("top_logprobs"),
+                    "top_logprobs is at most 20",
+                ))
+            }
+            (true, n) => Some(n.unwrap_or(0)),
+            (false, Some(_)) => {
+                return Err(ApiError::invalid(
+                    Some("top_logprobs"),
+                    "top_logprobs needs logprobs: true",
+                ))
+            }
+            (false, None) => None,
+        };
+        let plan = chat::plan(&st.engine, &r)?;
+        let prompt_ids = tokenizer(&st.engine)?
+            .encode(&plan.prompt)
+            .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))?;
+        Ok(Plan {
+            kind: Kind::Chat,
+            prompt_ids,
+            sampling,
+            constraint: plan.constraint.clone(),
+            logprobs,
+            stream: r.common.stream,
+            include_usage: r
+                .common
+                .stream_options
+                .as_ref()
+                .is_some_and(|o| o.include_usage),
+            ignore_eos: r.common.ignore_eos,
+            chat: Some(plan),
+        })
+    }
+    .await;
+    match result {
+        Ok(plan) => generate(st, plan, "chat").await,
+        Err(e) => answer_error(&st, "chat", e),
+    }
+}
+
+async fn completions(
+    State(st): St,
+    b: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let result = (|| {
+        let r: CompletionRequest = parse(&body(b)?)?;
+        let sampling = r.common.check()?;
+        if r.logprobs.is_some_and(|n| n > 20) {
+            return Err(ApiError::invalid(
+                Some("logprobs"),
+                "logprobs is at most 20",
+            ));
+        }
+        let prompt_ids = match r.prompt {
+            CompletionPrompt::Ids(ids) => ids,
+            CompletionPrompt::Text(t) => tokenizer(&st.engine)?
+                .encode(&t)
+                .map_err(|e| ApiError::invalid(Some("prompt"), e.to_string()))?,
+            CompletionPrompt::Texts(v) if v.len() == 1 => tokenizer(&st.engine)?
+                .encode(&v[0])
+                .map_err(|e| ApiError::invalid(Some("prompt"), e.to_string()))?,
+            CompletionPrompt::Texts(_) => {
+                return Err(ApiError::invalid(
+                    Some("prompt"),
+                    "one prompt per request (send a string or a list of token ids)",
+                ))
+            }
+        };
+        Ok(Plan {
+            kind: Kind::Completion,
+            prompt_ids,
+            sampling,
+            constraint: OutputConstraint::None,
+            logprobs: r.logprobs,
+            stream: r.common.stream,
+            include_usage: r
+                .common
+                .stream_options
+                .as_ref()
+                .is_some_and(|o| o.include_usage),
+            ignore_eos: r.common.ignore_eos,
+            chat: None,
+        })
+    })();
+    match result {
+        Ok(plan) => generate(st, plan, "completions").await,
+        Err(e) => answer_error(&st, "completions", e),
+    }
+}
+
+fn answer_error(st: &AppState, endpoint: &'static str, e: ApiError) -> Response {
+    st.sched
+        .shared
+        .metrics
+        .record_request(endpoint, e.status.as_u16());
+    e.into_response()
+}
+
+/// Checks the prompt against the context, queues the job, waits for its start, then
+/// answers with the whole completion or a stream.
+async fn generate(st: Arc<AppState>, plan: Plan, endpoint: &'static str) -> Response {
+    match start(&st, &plan).await {
+        Ok((rx, started, cancel)) => {
+            st.sched.shared.metrics.record_request(endpoint, 200);
+            if plan.stream {
+                stream(st, plan, rx, started, cancel).into_response()
+            } else {
+                whole(st, plan, rx, started, cancel).await
+            }
+        }
+        Err(e) => answer_error(&st, endpoint, e),
+    }
+}
+
+/// Prompt and cached tokens from the `Started` event.
+#[derive(Clone, Copy)]
+struct Started {
+    prompt_tokens: usize,
+    cached_tokens: usize,
+}
+
+async fn start(
+    st: &AppState,
+    plan: &Plan,
+) -> Result<(UnboundedReceiver<Event>, Started, Arc<AtomicBool>), ApiError> {
+    let ctx = st.cfg.ctx;
+    let n = plan.prompt_ids.len();
+    if n == 0 {
+        return Err(ApiError::invalid(Some("prompt"), "the prompt is empty"));
+    }
+    if n >= ctx {
+        return Err(ApiError::invalid(
+            Some("messages"),
+            format!("the prompt has {n} tokens; the context holds {ctx} (room for at least one new token is needed)"),
+        )
+        .code("context_length_exceeded"));
+    }
+    // Clamped to the context (a request never asks for more than the slot can hold).
+    let max_tokens = plan.sampling.max_tokens.unwrap_or(usize::MAX).min(ctx - n);
+    let seed = plan
+        .sampling
+        .seed
+        .unwrap_or_else(|| st.seeds.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed));
+    let req = GenerateRequest {
+        prompt: Prompt::Ids(plan.prompt_ids.clone()),
+        sampling: SamplingParams {
+            temperature: plan.sampling.temperature,
+            top_k: plan.sampling.top_k,
+            top_p: plan.sampling.top_p,
+            seed,
+        },
+        max_tokens,
+        ignore_eos: plan.ignore_eos,
+        constraint: plan.constraint.clone(),
+        drafts: false,
+    };
+    let (tx, mut rx) = unbounded_channel();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let job = Job {
+        req,
+        opts: SlotOptions {
+            logprobs: plan.logprobs,
+        },
+        events: tx,
+        cancel: cancel.clone(),
+    };
+    match st.sched.submit(job) {
+        Ok(()) => {}
+        Err(Rejected::QueueFull) => {
+            return Err(ApiError {
+                retry_after: Some(1),
+                ..ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limit_error",
+                    "every slot is busy and the queue is full; retry later",
+                )
+            })
+        }
+        Err(Rejected::Stopped) => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "the server is shutting down",
+            ))
+        }
+    }
+    match rx.recv().await {
+        Some(Event::Started {
+            prompt_tokens,
+            cached_tokens,
+        }) => Ok((
+            rx,
+            Started {
+                prompt_tokens,
+                cached_tokens,
+            },
+            cancel,
+        )),
+        Some(Event::Error(msg)) => Err(if msg.contains("schema") || msg.contains("grammar") {
+            ApiError::invalid(Some("response_format"), msg)
+        } else {
+            ApiError::invalid(None, msg)
+        }),
+        _ => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "the request ended before it started",
+        )),
+    }
+}
+
+/// Text assembled from token events, cut at stop strings, with log-probabilities.
+struct Collector<'a> {
+    engine: &'a Engine,
+    stops: StopScanner,
+    logprobs: Vec<Value>,
+    want_logprobs: bool,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Collector<'_> {
+    /// The text a token adds (after stop-string holdback).
+    fn push(&mut self, e: &TokenEvent) -> String {
+        if self.want_logprobs {
+            if let Some(lp) = &e.logprob {
+                let entry = |id: u32, logprob: f64| {
+                    let text = self
+                        .engine
+                        .tokenizer()
+                        .ok()
+                        .and_then(|t| t.decode(&[id], false).ok())
+                        .unwrap_or_default();
+                    json!({"token": text, "logprob": logprob, "bytes": text.as_bytes(), "id": id})
+                };
+                let mut head = entry(e.id, lp.logprob);
+                head["top_logprobs"] = lp.top.iter().map(|&(t, l)| entry(t, l)).collect();
+                self.logprobs.push(head);
+            }
+        }
+        let out = self.stops.push(&e.text);
+        if self.stops.hit() {
+            self.cancel.store(true, Ordering::SeqCst);
+        }
+        out
+    }
+}
+
+fn finish_reason(f: &Finished, stops: &StopScanner) -> &'static str {
+    if stops.hit() {
+        return "stop";
+    }
+    match f.finish {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+    }
+}
+
+fn usage(started: Started, f: &Finished) -> Value {
+    json!({
+        "prompt_tokens": started.prompt_tokens,
+        "completion_tokens": f.generated.len(),
+        "total_tokens": started.prompt_tokens + f.generated.len(),
+        "prompt_tokens_details": {"cached_tokens": started.cached_tokens},
+    })
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn request_id(kind: Kind) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let prefix = if kind == Kind::Chat {
+        "chatcmpl"
+    } else {
+        "cmpl"
+    };
+    format!(
+        "{prefix}-{:x}{:06x}",
+        now(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+async fn whole(
+    st: Arc<AppState>,
+    plan: Plan,
+    mut rx: UnboundedReceiver<Event>,
+    started: Started,
+    cancel: Arc<AtomicBool>,
+) -> Response {
+    let mut c = Collector {
+        engine: &st.engine,
+        stops: StopScanner::new(plan.sampling.stop.clone()),
+        logprobs: Vec::new(),
+        want_logprobs: plan.logprobs.is_some(),
+        cancel,
+    };
+    let mut text = String::new();
+    let finished = loop {
+        match rx.recv().await {
+            Some(Event::Token(e)) => text += &c.push(&e),
+            Some(Event::Done(f)) => break f,
+            Some(Event::Error(msg)) => {
+                return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", msg)
+                    .into_response()
+            }
+            Some(Event::Started { .. }) => {}
+            None => {
+                return ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    "generation stopped without an answer",
+                )
+                .into_response()
+            }
+        }
+    };
+    text += &c.stops.finish();
+    if let Some(v) = &finished.violation {
+        return ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_response_error",
+            v.clone(),
+        )
+        .code("schema_violation")
+        .into_response();
+    }
+    let reason = finish_reason(&finished, &c.stops);
+    let id = request_id(plan.kind);
+    let mut body = match plan.kind {
+        Kind::Chat => {
+            let (message, reason) = chat::message(plan.chat.as_ref(), &text, reason);
+            let mut choice = json!({"index": 0, "message": message, "finish_reason": reason});
+            choice["logprobs"] = if plan.logprobs.is_some() {
+                json!({ "content": c.logprobs })
+            } else {
+                Value::Null
+            };
+            json!({"id": id, "object": "chat.completion", "created": now(), "model": st.model_id, "choices": [choice]})
+        }
+        Kind::Completion => {
+            let logprobs = plan.logprobs.map(|_| json!({ "content": c.logprobs }));
+            json!({"id": id, "object": "text_completion", "created": now(), "model": st.model_id,
+                   "choices": [{"index": 0, "text": text, "finish_reason": reason, "logprobs": logprobs}]})
+        }
+    };
+    body["usage"] = usage(started, &finished);
+    if !finished.warnings.is_empty() {
+        body["warnings"] = json!(finished.warnings);
+    }
+    Json(body).into_response()
+}
+
+fn stream(
+    st: Arc<AppState>,
+    plan: Plan,
+    mut rx: UnboundedReceiver<Event>,
+    started: Started,
+    cancel: Arc<AtomicBool>,
+) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
+    let (out, events) = unbounded_channel::<Result<SseEvent, Infallible>>();
+    tokio::spawn(async move {
+        let id = request_id(plan.kind);
+        let created = now();
+        let model = st.model_id.clone();
+        let chunk = |delta: Value, reason: Option<&str>, logprobs: Option<Value>| -> SseEvent {
+            let body = match plan.kind {
+                Kind::Chat => {
+                    json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": reason, "logprobs": logprobs}]})
+                }
+                Kind::Completion => {
+                    json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                    "choices": [{"index": 0, "text": delta.get("content").cloned().unwrap_or(json!("")), "finish_reason": reason, "logprobs": logprobs}]})
+                }
+            };
+            SseEvent::default().data(body.to_string())
+        };
+        let mut c = Collector {
+            engine: &st.engine,
+            stops: StopScanner::new(plan.sampling.stop.clone()),
+            logprobs: Vec::new(),
+            want_logprobs: plan.logprobs.is_some(),
+            cancel,
+        };
+        // Tool calls are parsed from the whole text: with tools, content is sent at the end.
+        let buffer_all = plan.chat.as_ref().is_some_and(ChatPlan::parses_tools);
+        let mut held = String::new();
+        if plan.kind == Kind::Chat
+            && out
+                .send(Ok(chunk(
+                    json!({"role": "assistant", "content": ""}),
+                    None,
+                    None,
+                )))
+                .is_err()
+        {
+            return;
+        }
+        let finished = loop {
+            match rx.recv().await {
+                Some(Event::Token(e)) => {
+                    let before = c.logprobs.len();
+                    let piece = c.push(&e);
+                    let lp = (c.want_logprobs && c.logprobs.len() > before)
+                        .then(|| json!({"content": c.logprobs[before..].to_vec()}));
+                    if buffer_all {
+                        held += &piece;
+                        continue;
+                    }
+                    if (!piece.is_empty() || lp.is_some())
+                        && out
+                            .send(Ok(chunk(json!({ "content": piece }), None, lp)))
+                            .is_err()
+                    {
+                        return; // the client left: dropping `rx` cancels the request
+                    }
+                }
+                Some(Event::Done(f)) => break f,
+                Some(Event::Error(msg)) => {
+                    let _ = out.send(Ok(SseEvent::default().data(json!({"error": {"message": msg, "type": "server_error", "param": null, "code": null}}).to_string())));
+                    return;
+                }
+                Some(Event::Started { .. }) => {}
+                None => return,
+            }
+        };
+        let rest = c.stops.finish();
+        let mut reason = finish_reason(&finished, &c.stops);
+        if buffer_all {
+            held += &rest;
+            let (message, r) = chat::message(plan.chat.as_ref(), &held, reason);
+            reason = r;
+            let mut delta = message;
+            delta.as_object_mut().map(|o| o.remove("role"));
+            if let Some(calls) = delta.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                for (i, call) in calls.iter_mut().enumerate() {
+                    call["index"] = json!(i);
+                }
+            }
+            let _ = out.send(Ok(chunk(delta, None, None)));
+        } else if !rest.is_empty() {
+            let _ = out.send(Ok(chunk(json!({ "content": rest }), None, None)));
+        }
+        if let Some(v) = &finished.violation {
+            let _ = out.send(Ok(SseEvent::default().data(json!({"error": {"message": v, "type": "invalid_response_error", "param": null, "code": "schema_violation"}}).to_string())));
+            return;
+        }
+        let _ = out.send(Ok(chunk(json!({}), Some(reason), None)));
+        if plan.include_usage {
+            let body = json!({"id": id, "object": if plan.kind == Kind::Chat {"chat.completion.chunk"} else {"text_completion"},
+                "created": created, "model": model, "choices": [], "usage": usage(started, &finished)});
+            let _ = out.send(Ok(SseEvent::default().data(body.to_string())));
+        }
+        let _ = out.send(Ok(SseEvent::default().data("[DONE]")));
+    });
+    Sse::new(tokio_stream::wrappers::UnboundedReceiverStream::new(events))
+        .keep_alive(KeepAlive::default())
+}

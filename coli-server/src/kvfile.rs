@@ -1,0 +1,215 @@
+//! Slot files: a slot's tokens and KV cache saved on shutdown and restored on start.
+//!
+//! Layout: magic `COLIKV01`, the model's fingerprint (u64), the payload's length (u64),
+//! the payload ([`coli_models::Slot::save_state`]), then an FNV-1a 64 checksum of the
+//! payload. Written to a temporary file in the same directory, synced, then renamed over
+//! the old one: a crash leaves the old file or the new one, never half of one. A file that
+//! is corrupt, truncated or from another model is refused with a reason (the caller warns
+//! and starts the slot empty).
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::Path;
+
+use coli_models::Slot;
+
+const MAGIC: &[u8; 8] = b"COLIKV01";
+
+/// FNV-1a, 64 bits.
+#[derive(Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    /// Adds bytes.
+    pub fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= b as u64;
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    /// The hash so far.
+    pub fn finish(self) -> u64 {
+        self.0
+    }
+}
+
+/// FNV-1a 64 of `bytes`.
+pub fn fnv(bytes: &[u8]) -> u64 {
+    let mut h = Fnv::default();
+    h.write(bytes);
+    h.finish()
+}
+
+/// Counts and hashes what passes through.
+struct Hashing<W> {
+    inner: W,
+    hash: Fnv,
+    len: u64,
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.write(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Saves `slot` to `path` atomically. An empty slot removes the file.
+pub fn save(slot: &Slot<'_>, path: &Path, fingerprint: u64) -> Result<(), String> {
+    let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    if slot.tokens().is_empty() {
+        return match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(err(e)),
+            _ => Ok(()),
+        };
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(err)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("slot")
+    ));
+    let write = || -> std::io::Result<()> {
+        let mut f = BufWriter::new(File::create(&tmp)?);
+        f.write_all(MAGIC)?;
+        f.write_all(&fingerprint.to_le_bytes())?;
+        f.write_all(&0u64.to_le_bytes())?; // length, filled in below
+        let mut h = Hashing {
+            inner: &mut f,
+            hash: Fnv::default(),
+            len: 0,
+        };
+        slot.save_state(&mut h)?;
+        let (hash, len) = (h.hash.finish(), h.len);
+        f.write_all(&hash.to_le_bytes())?;
+        let mut file = f.into_inner().map_err(|e| e.into_error())?;
+        use std::io::{Seek, SeekFrom};
+        file.seek(SeekFrom::Start(16))?;
+        file.write_all(&len.to_le_bytes())?;
+        file.sync_all()?;
+        Ok(())
+    };
+    if let Err(e) = write() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err(e));
+    }
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+/// Restores `slot` from `path`; a missing file is not an error (the slot stays empty).
+pub fn restore(slot: &mut Slot<'_>, path: &Path, fingerprint: u64) -> Result<(), String> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let mut bytes = Vec::new();
+    BufReader::new(file)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let payload = check(&bytes, fingerprint).map_err(|e| format!("{}: {e}", path.display()))?;
+    slot.load_state(&mut &payload[..])
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The payload of a slot file, after checking magic, model, length and checksum.
+fn check(bytes: &[u8], fingerprint: u64) -> Result<&[u8], String> {
+    if bytes.len() < 32 || &bytes[..8] != MAGIC {
+        return Err("not a coli slot file".into());
+    }
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    if word(8) != fingerprint {
+        return Err("saved by another model (fingerprint differs)".into());
+    }
+    let len = word(16);
+    if len != (bytes.len() - 32) as u64 {
+        return Err(format!(
+            "truncated or padded: {} payload bytes, header says {len}",
+            bytes.len() - 32
+        ));
+    }
+    let payload = &bytes[24..bytes.len() - 8];
+    let mut h = Fnv::default();
+    h.write(payload);
+    if h.finish() != word(bytes.len() - 8) {
+        return Err("checksum mismatch (corrupt)".into());
+    }
+    Ok(payload)
+}
+
+/// A fingerprint of the model in `dir`: its config.json and the names and sizes of its
+/// weight files (a slot's KV is only meaningful for the exact weights that computed it).
+pub fn fingerprint(dir: &Path) -> u64 {
+    let mut h = Fnv::default();
+    h.write(&std::fs::read(dir.join("config.json")).unwrap_or_default());
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let size = e.metadata().ok()?.len();
+                    name.ends_with(".safetensors").then_some((name, size))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    for (name, size) in files {
+        h.write(name.as_bytes());
+        h.write(&size.to_le_bytes());
+    }
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv_matches_the_published_test_vectors() {
+        // From the FNV specification (draft-eastlake-fnv): FNV-1a 64 of "" and "a".
+        let h = |s: &str| {
+            let mut f = Fnv::default();
+            f.write(s.as_bytes());
+            f.finish()
+        };
+        assert_eq!(h(""), 0xcbf29ce484222325);
+        assert_eq!(h("a"), 0xaf63dc4c8601ec8c);
+        assert_eq!(h("foobar"), 0x85944171f73967e8);
+    }
+
+    #[test]
+    fn damaged_files_are_refused_with_a_reason() {
+        let payload = b"0123456789";
+        let mut file = MAGIC.to_vec();
+        file.extend(7u64.to_le_bytes());
+        file.extend((payload.len() as u64).to_le_bytes());
+        file.extend(payload);
+        let mut h = Fnv::default();
+        h.write(payload);
+        file.extend(h.finish().to_le_bytes());
+        assert_eq!(check(&file, 7).unwrap(), payload);
+        assert!(check(&file, 8).unwrap_err().contains("another model"));
+        let mut flipped = file.clone();
+        flipped[26] ^= 1;
+        assert!(check(&flipped, 7).unwrap_err().contains("checksum"));
+        assert!(check(&file[..file.len() - 1], 7)
+            .unwrap_err()
+            .contains("truncated"));
+        assert!(check(b"garbage", 7)
+            .unwrap_err()
+            .contains("not a coli slot file"));
+    }
+}
