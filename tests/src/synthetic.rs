@@ -372,3 +372,27 @@ pub fn write_census(
     )?;
     Ok(count)
 }
+
+/// A tiny random-weight chat model: a 2-layer synthetic OLMoE (8 experts, top-2) with the
+/// demo model's tokenizer and chat template (fetched on first use). For server and chat
+/// tests: real tokenization and templates, random tokens.
+pub fn write_chat_model(dir: &Path) -> Result<(), String> {
+    let demo = coli_models::demo::ensure_demo_model(|_, _| {})?;
+    let tok = coli_models::TextTokenizer::load(&demo).map_err(|e| e.to_string())?;
+    let spec = OlmoeSpec {
+        layers: 2,
+        experts: 8,
+        top_k: 2,
+        hidden: 64,
+        inter: 64,
+        heads: 4,
+        vocab: tok.token_bytes().len(),
+        int8_experts: false,
+        seed: 5,
+    };
+    write_olmoe(dir, &spec, |_, _| {}).map_err(|e| e.to_string())?;
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(demo.join(f), dir.join(f)).map_err(|e| format!("{f}: {e}"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,615 @@
+//! The real server on an ephemeral port, over a tiny random-weight chat model (synthetic
+//! OLMoE with the demo model's tokenizer and chat template), driven by a real HTTP client.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use coli_models::experts::{CacheSize, Placement};
+use coli_models::Engine;
+use coli_server::{ServeConfig, Server};
+use serde_json::{json, Value};
+
+fn model_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("coli-server-test-{}", std::process::id()));
+        if !dir.join("config.json").is_file() {
+            coli_tests::synthetic::write_chat_model(&dir).expect("chat model");
+        }
+        dir
+    })
+}
+
+fn engine() -> Arc<Engine> {
+    static E: OnceLock<Arc<Engine>> = OnceLock::new();
+    E.get_or_init(|| {
+        // One cached expert per layer: every step reads experts through the store.
+        let p = Placement {
+            cache: CacheSize::Slots(1),
+            ..Placement::default()
+        };
+        Arc::new(Engine::open(model_dir(), &p).expect("engine"))
+    })
+    .clone()
+}
+
+fn start(cfg: ServeConfig) -> Server {
+    Server::start(
+        engine(),
+        ServeConfig {
+            port: 0,
+            ctx: 512,
+            ..cfg
+        },
+    )
+    .expect("server starts")
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into()
+}
+
+/// POSTs JSON; returns the status and the parsed body.
+fn post(s: &Server, path: &str, body: &Value) -> (u16, Value) {
+    post_with(s, path, &body.to_string(), &[])
+}
+
+fn post_with(s: &Server, path: &str, body: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+    let mut req = agent()
+        .post(format!("http://{}{path}", s.addr()))
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut resp = req.send(body).expect("request");
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().expect("body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn get(s: &Server, path: &str) -> (u16, String) {
+    let mut resp = agent()
+        .get(format!("http://{}{path}", s.addr()))
+        .call()
+        .expect("request");
+    let status = resp.status().as_u16();
+    (status, resp.body_mut().read_to_string().expect("body"))
+}
+
+/// A streamed request's `data:` payloads, up to `[DONE]`.
+fn stream(s: &Server, path: &str, body: &Value) -> Vec<Value> {
+    let resp = agent()
+        .post(format!("http://{}{path}", s.addr()))
+        .header("content-type", "application/json")
+        .send(body.to_string())
+        .expect("request");
+    assert_eq!(resp.status().as_u16(), 200);
+    let reader = BufReader::new(resp.into_body().into_reader());
+    let mut out = Vec::new();
+    for line in reader.lines() {
+        let line = line.expect("line");
+        if let Some(data) = line.strip_prefix("data: ") {
+            if data == "[DONE]" {
+                return out;
+            }
+            out.push(serde_json::from_str(data).expect("chunk is JSON"));
+        }
+    }
+    panic!("the stream ended without [DONE]");
+}
+
+fn chat_body(content: &str, extra: Value) -> Value {
+    let mut b = json!({"messages": [{"role": "user", "content": content}], "max_tokens": 24,
+                       "temperature": 1.0, "seed": 3, "ignore_eos": true});
+    for (k, v) in extra.as_object().unwrap() {
+        b[k] = v.clone();
+    }
+    b
+}
+
+fn content(v: &Value) -> String {
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn metric(s: &Server, name: &str) -> f64 {
+    let (_, text) = get(s, "/metrics");
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
+}
+
+#[test]
+fn streaming_equals_non_streaming_and_usage_is_reported() {
+    let s = start(ServeConfig::default());
+    let body = chat_body(
+        "Tell me a story.",
+        json!({"stream_options": {"include_usage": true}}),
+    );
+    let (status, whole) = post(&s, "/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{whole}");
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let chunks = stream(&s, "/v1/chat/completions", &sb);
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| {
+            c["choices"].get(0)?["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(streamed, content(&whole));
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let last_choice = chunks
+        .iter()
+        .rev()
+        .find(|c| !c["choices"].as_array().unwrap().is_empty())
+        .unwrap();
+    assert_eq!(
+        last_choice["choices"][0]["finish_reason"],
+        whole["choices"][0]["finish_reason"]
+    );
+    let usage = &chunks.last().unwrap()["usage"];
+    assert_eq!(usage["completion_tokens"], 24);
+    assert_eq!(
+        usage["completion_tokens"],
+        whole["usage"]["completion_tokens"]
+    );
+    assert_eq!(usage["prompt_tokens"], whole["usage"]["prompt_tokens"]);
+    // The same prompt again: the slot holds it, all but its last token is reused.
+    let prompt = usage["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(
+        usage["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap(),
+        prompt - 1
+    );
+    s.stop().unwrap();
+}
+
+#[test]
+fn concurrent_requests_equal_serial_ones_byte_for_byte() {
+    let s = start(ServeConfig {
+        slots: 4,
+        ..ServeConfig::default()
+    });
+    let bodies: Vec<Value> = (0..6)
+        .map(|i| {
+            let mut b = chat_body(
+                &format!("Question number {i}: what is {i} + {i}?"),
+                json!({"seed": i, "logprobs": true, "top_logprobs": 2}),
+            );
+            b["max_tokens"] = json!(16 + 4 * i);
+            if i % 3 == 0 {
+                b["temperature"] = json!(0.0);
+            }
+            b
+        })
+        .collect();
+    let serial: Vec<Value> = bodies
+        .iter()
+        .map(|b| post(&s, "/v1/chat/completions", b).1)
+        .collect();
+    let rows_before = metric(&s, "coli_batch_rows_total");
+    let steps_before = metric(&s, "coli_batch_steps_total");
+    let concurrent: Vec<Value> = std::thread::scope(|sc| {
+        let handles: Vec<_> = bodies
+            .iter()
+            .map(|b| sc.spawn(|| post(&s, "/v1/chat/completions", b).1))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, (a, b)) in serial.iter().zip(&concurrent).enumerate() {
+        assert_eq!(content(a), content(b), "request {i}: text");
+        assert_eq!(
+            a["choices"][0]["logprobs"], b["choices"][0]["logprobs"],
+            "request {i}: logprobs"
+        );
+        assert_eq!(
+            a["usage"]["completion_tokens"],
+            b["usage"]["completion_tokens"]
+        );
+    }
+    // The requests really were decoded together: more rows than steps.
+    let rows = metric(&s, "coli_batch_rows_total") - rows_before;
+    let steps = metric(&s, "coli_batch_steps_total") - steps_before;
+    assert!(rows > steps * 1.5, "mean batch {}", rows / steps);
+    s.stop().unwrap();
+}
+
+#[test]
+fn a_full_queue_answers_429_and_a_disconnect_frees_the_slot() {
+    let s = start(ServeConfig {
+        slots: 1,
+        queue: 0,
+        ..ServeConfig::default()
+    });
+    let mut long = chat_body("Go on for ever.", json!({"stream": true}));
+    long["max_tokens"] = json!(400);
+    let resp = agent()
+        .post(format!("http://{}/v1/chat/completions", s.addr()))
+        .send(long.to_string())
+        .unwrap();
+    let mut reader = BufReader::new(resp.into_body().into_reader());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.starts_with("data: "), "{line}");
+    let (status, err) = post(&s, "/v1/chat/completions", &chat_body("Me too", json!({})));
+    assert_eq!(status, 429, "{err}");
+    assert_eq!(err["error"]["type"], "rate_limit_error");
+    drop(reader); // the client goes away mid-answer
+    let t0 = Instant::now();
+    while metric(&s, "coli_slots_busy") > 0.0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the slot was never freed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, ok) = post(&s, "/v1/chat/completions", &chat_body("Now me", json!({})));
+    assert_eq!(status, 200, "{ok}");
+    // The cancelled request did not run to its 400 tokens.
+    assert!(metric(&s, "coli_generation_tokens_total") < 400.0 + 24.0);
+    s.stop().unwrap();
+}
+
+#[test]
+fn api_key_and_host_guard() {
+    let s = start(ServeConfig {
+        api_key: Some("sekret".into()),
+        allow_hosts: vec!["coli.example".into()],
+        ..ServeConfig::default()
+    });
+    let body = chat_body("hi", json!({"max_tokens": 2}));
+    let (status, err) = post(&s, "/v1/chat/completions", &body);
+    assert_eq!(status, 401);
+    assert_eq!(err["error"]["type"], "authentication_error");
+    let (status, _) = post_with(
+        &s,
+        "/v1/chat/completions",
+        &body.to_string(),
+        &[("authorization", "Bearer wrong")],
+    );
+    assert_eq!(status, 401);
+    let (status, _) = post_with(
+        &s,
+        "/v1/chat/completions",
+        &body.to_string(),
+        &[("authorization", "Bearer sekret")],
+    );
+    assert_eq!(status, 200);
+    assert_eq!(get(&s, "/health").0, 200, "health needs no key");
+    // Raw requests, to set the Host header freely.
+    let raw = |host: &str| -> u16 {
+        let mut c = TcpStream::connect(s.addr()).unwrap();
+        write!(c, "GET /v1/models HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer sekret\r\nConnection: close\r\n\r\n").unwrap();
+        let mut text = String::new();
+        c.read_to_string(&mut text).unwrap();
+        text.split(' ').nth(1).unwrap().parse().unwrap()
+    };
+    assert_eq!(raw("evil.example"), 403);
+    assert_eq!(raw("evil.example:80"), 403);
+    assert_eq!(raw(&format!("localhost:{}", s.addr().port())), 200);
+    assert_eq!(raw("127.0.0.1"), 200);
+    assert_eq!(raw("coli.example:443"), 200);
+    s.stop().unwrap();
+}
+
+#[test]
+fn bad_bodies_get_openai_errors() {
+    let s = start(ServeConfig {
+        body_limit: 4000,
+        ..ServeConfig::default()
+    });
+    let check = |body: &str, status: u16, needle: &str| {
+        let (st, v) = post_with(&s, "/v1/chat/completions", body, &[]);
+        assert_eq!(st, status, "{body}: {v}");
+        let msg = v["error"]["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("error shape: {v}"));
+        assert!(msg.contains(needle), "{body}: {msg}");
+        assert!(
+            v["error"].get("type").is_some()
+                && v["error"].get("param").is_some()
+                && v["error"].get("code").is_some()
+        );
+        v
+    };
+    check("{not json", 400, "invalid request body");
+    check(r#"{"messages": "hi"}"#, 400, "invalid type");
+    check(r#"{"max_tokens": 3}"#, 400, "messages");
+    check(r#"{"messages": []}"#, 400, "empty");
+    check(
+        r#"{"messages": [{"role": "wizard", "content": "x"}]}"#,
+        400,
+        "unknown role",
+    );
+    let v = check(
+        r#"{"messages": [{"role": "user", "content": "x"}], "n": 2}"#,
+        400,
+        "n must be 1",
+    );
+    assert_eq!(v["error"]["param"], "n");
+    check(
+        r#"{"messages": [{"role": "user", "content": "x"}], "temperature": 9}"#,
+        400,
+        "temperature",
+    );
+    check(
+        r#"{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}"#,
+        400,
+        "logprobs",
+    );
+    check(
+        r#"{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}"#,
+        400,
+        "response_format",
+    );
+    let big = format!(
+        r#"{{"messages": [{{"role": "user", "content": "{}"}}]}}"#,
+        "x".repeat(6000)
+    );
+    let (st, _) = post_with(&s, "/v1/chat/completions", &big, &[]);
+    assert_eq!(st, 413);
+    // A schema keyword coli cannot honour is a 400 naming it.
+    let (st, v) = post(
+        &s,
+        "/v1/chat/completions",
+        &chat_body(
+            "x",
+            json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}}}),
+        ),
+    );
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["error"]["param"], "response_format");
+    // A prompt longer than the context is refused; max_tokens beyond it is clamped.
+    let long = "word ".repeat(600);
+    let (st, v) = post(&s, "/v1/chat/completions", &chat_body(&long, json!({})));
+    assert_eq!(st, 400);
+    assert_eq!(v["error"]["code"], "context_length_exceeded");
+    let (st, v) = post(
+        &s,
+        "/v1/chat/completions",
+        &chat_body("x", json!({"max_tokens": 100000})),
+    );
+    assert_eq!(st, 200);
+    let used = v["usage"]["total_tokens"].as_u64().unwrap();
+    assert!(used <= 512, "{used}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    s.stop().unwrap();
+}
+
+#[test]
+fn structured_output_validates_and_the_slot_cache_hits_on_a_resent_schema() {
+    let s = start(ServeConfig::default());
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"]});
+    let body = |turn: &str| {
+        chat_body(
+            turn,
+            json!({"max_tokens": 120, "ignore_eos": false, "temperature": 0.7,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": schema, "strict": true}}}),
+        )
+    };
+    let misses0 = metric(&s, "coli_grammar_cache_misses_total");
+    let hits0 = metric(&s, "coli_grammar_cache_hits_total");
+    let mut parsed = 0;
+    for turn in ["Who?", "Who?"] {
+        let (st, v) = post(&s, "/v1/chat/completions", &body(turn));
+        assert_eq!(st, 200, "{v}");
+        if v["choices"][0]["finish_reason"] == "stop" {
+            let out: Value = serde_json::from_str(&content(&v)).expect("JSON output");
+            assert!(out["name"].is_string() && out["age"].is_number(), "{out}");
+            parsed += 1;
+        }
+    }
+    assert!(parsed >= 1, "no output finished");
+    assert_eq!(
+        metric(&s, "coli_grammar_cache_misses_total") - misses0,
+        1.0,
+        "compiled once"
+    );
+    assert_eq!(
+        metric(&s, "coli_grammar_cache_hits_total") - hits0,
+        1.0,
+        "then hit"
+    );
+    s.stop().unwrap();
+}
+
+#[test]
+fn a_required_tool_call_parses_and_its_arguments_validate() {
+    let s = start(ServeConfig::default());
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["C", "F"]}}, "required": ["city", "unit"]}}},
+        {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
+    ]);
+    for (seed, choice) in [
+        (1, json!("required")),
+        (2, json!("required")),
+        (3, json!({"type": "function", "function": {"name": "add"}})),
+    ] {
+        let body = chat_body(
+            "What is the weather in Paris?",
+            json!({"tools": tools, "tool_choice": choice, "max_tokens": 200, "ignore_eos": false, "seed": seed}),
+        );
+        let (st, v) = post(&s, "/v1/chat/completions", &body);
+        assert_eq!(st, 200, "{v}");
+        let choice0 = &v["choices"][0];
+        if choice0["finish_reason"] == "length" {
+            continue; // cut: incomplete, and said so
+        }
+        assert_eq!(choice0["finish_reason"], "tool_calls", "{v}");
+        let call = &choice0["message"]["tool_calls"][0];
+        assert!(call["id"].as_str().unwrap().starts_with("call_"));
+        assert_eq!(call["type"], "function");
+        let name = call["function"]["name"].as_str().unwrap();
+        let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap())
+            .expect("arguments parse");
+        // Validated by an independent validator against the function's own schema.
+        let params = tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["function"]["name"] == name)
+            .unwrap_or_else(|| panic!("unknown tool {name}"))["function"]["parameters"]
+            .clone();
+        let validator = jsonschema::validator_for(&params).unwrap();
+        assert!(validator.is_valid(&args), "{name}: {args} breaks {params}");
+        if seed == 3 {
+            assert_eq!(name, "add");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 2, "only {checked} calls finished");
+    // A tool result goes back into the next turn through the template.
+    let (st, v) = post(
+        &s,
+        "/apply-template",
+        &json!({"messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\",\"unit\":\"C\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees"}
+        ]}),
+    );
+    assert_eq!(st, 200, "{v}");
+    let prompt = v["prompt"].as_str().unwrap();
+    assert!(
+        prompt.contains("18 degrees") && prompt.contains("Paris"),
+        "{prompt}"
+    );
+    s.stop().unwrap();
+}
+
+#[test]
+fn template_tokenize_detokenize_models_and_metrics() {
+    let s = start(ServeConfig::default());
+    let msgs =
+        json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]);
+    let (st, v) = post(&s, "/apply-template", &json!({"messages": msgs}));
+    assert_eq!(st, 200);
+    let e = engine();
+    let tok = e.tokenizer().unwrap();
+    let want = tok
+        .apply_chat_template(
+            &[
+                coli_models::tokenizer::ChatMessage {
+                    role: "system".into(),
+                    content: "Be brief.".into(),
+                },
+                coli_models::tokenizer::ChatMessage {
+                    role: "user".into(),
+                    content: "Hi".into(),
+                },
+            ],
+            true,
+        )
+        .unwrap();
+    assert_eq!(v["prompt"], want);
+    let (_, ids) = post(&s, "/tokenize", &json!({"content": "naïve café"}));
+    let (_, text) = post(&s, "/detokenize", &json!({"tokens": ids["tokens"]}));
+    assert_eq!(text["content"], "naïve café");
+    let (st, _) = post(&s, "/detokenize", &json!({"tokens": [99999999]}));
+    assert_eq!(st, 400);
+    let (st, models) = get(&s, "/v1/models");
+    assert_eq!(st, 200);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["data"][0]["object"], "model");
+    // A completion from token ids.
+    let (st, v) = post(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": [1, 2, 3], "max_tokens": 5, "ignore_eos": true, "temperature": 0}),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 5);
+    // The gateway protocol's gauges, by name and type.
+    let (_, text) = get(&s, "/metrics");
+    for (name, kind) in [
+        ("vllm:num_requests_waiting", "gauge"),
+        ("vllm:num_requests_running", "gauge"),
+        ("vllm:kv_cache_usage_perc", "gauge"),
+        ("vllm:cache_config_info", "gauge"),
+        ("coli_requests_total", "counter"),
+        ("coli_generation_tokens_total", "counter"),
+        ("coli_queue_depth", "gauge"),
+        ("coli_expert_hit_rate", "gauge"),
+        ("coli_expert_disk_bytes_per_token", "gauge"),
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {name} {kind}\n")),
+            "{name} {kind}"
+        );
+    }
+    assert!(text.contains("vllm:cache_config_info{block_size=\"1\""));
+    let usage = metric(&s, "vllm:kv_cache_usage_perc");
+    assert!(usage > 0.0 && usage <= 1.0, "{usage}");
+    s.stop().unwrap();
+}
+
+#[test]
+fn kv_slots_survive_a_restart() {
+    let kv = tempfile::tempdir().unwrap();
+    let cfg = ServeConfig {
+        slots: 2,
+        kv_dir: Some(kv.path().to_path_buf()),
+        ..ServeConfig::default()
+    };
+    let first = chat_body("Remember the number 42.", json!({"temperature": 0.0}));
+    let s = start(cfg.clone());
+    let (_, a) = post(&s, "/v1/chat/completions", &first);
+    s.stop().unwrap();
+    assert!(
+        std::fs::read_dir(kv.path()).unwrap().count() >= 1,
+        "a slot file was written"
+    );
+    // The conversation continues after a restart.
+    let mut next = first.clone();
+    next["messages"] = json!([{"role": "user", "content": "Remember the number 42."},
+                              {"role": "assistant", "content": content(&a)},
+                              {"role": "user", "content": "Which number?"}]);
+    let s = start(cfg.clone());
+    let (_, resumed) = post(&s, "/v1/chat/completions", &next);
+    s.stop().unwrap();
+    let cached = resumed["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(cached > 20, "restored KV reused: {cached}");
+    // Without the files: the same tokens, nothing cached.
+    let s = start(ServeConfig {
+        kv_dir: None,
+        ..cfg.clone()
+    });
+    let (_, fresh) = post(&s, "/v1/chat/completions", &next);
+    s.stop().unwrap();
+    assert_eq!(content(&resumed), content(&fresh));
+    assert_eq!(fresh["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    // A corrupt file is ignored (warned about), never trusted.
+    for f in std::fs::read_dir(kv.path()).unwrap() {
+        let p = f.unwrap().path();
+        let mut bytes = std::fs::read(&p).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0xFF;
+        std::fs::write(&p, bytes).unwrap();
+    }
+    let s = start(cfg);
+    let (_, after) = post(&s, "/v1/chat/completions", &next);
+    s.stop().unwrap();
+    assert_eq!(after["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    assert_eq!(content(&after), content(&fresh));
+}
