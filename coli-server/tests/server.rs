@@ -439,6 +439,7 @@ fn a_required_tool_call_parses_and_its_arguments_validate() {
             "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["C", "F"]}}, "required": ["city", "unit"]}}},
         {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
     ]);
+    let mut checked = 0;
     for (seed, choice) in [
         (1, json!("required")),
         (2, json!("required")),
