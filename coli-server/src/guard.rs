@@ -1,6 +1,6 @@
-//! Who may talk to the server: the Host header must name the bound address, localhost or
-//! an `--allow-host` (a DNS-rebinding guard: a web page cannot reach a local server under
-//! its own domain name), and with an API key every request but `/health` must carry
+//! Who may talk to the server: the Host header must name the bound address, localhost, an
+//! IP address or an `--allow-host` (a DNS-rebinding guard: a web page cannot reach a local
+//! server under its own domain name), and with an API key every request but `/health` must carry
 //! `Authorization: Bearer KEY` (compared in constant time).
 
 use std::sync::Arc;
@@ -51,10 +51,13 @@ pub async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) ->
     next.run(req).await
 }
 
-/// Whether `host` (a Host header: name or address, optional port) is one of `allowed`.
+/// Whether `host` (a Host header: name or address, optional port) is one of `allowed`,
+/// or an IP address literal: DNS rebinding needs a domain name, and a gateway or a probe
+/// reaching a pod by its address must get through.
 pub fn host_allowed(host: &str, allowed: &[String]) -> bool {
     let name = strip_port(host).to_ascii_lowercase();
-    allowed.iter().any(|a| a.eq_ignore_ascii_case(&name))
+    name.parse::<std::net::IpAddr>().is_ok()
+        || allowed.iter().any(|a| a.eq_ignore_ascii_case(&name))
 }
 
 fn strip_port(host: &str) -> &str {
@@ -97,15 +100,17 @@ mod tests {
             "LOCALHOST:1",
             "[::1]:80",
             "example.org",
+            "10.1.2.3:8000",
+            "[fe80::1]",
         ] {
             assert!(host_allowed(ok, &allowed), "{ok}");
         }
         for bad in [
             "evil.com",
             "evil.com:8080",
-            "127.0.0.2",
             "",
             "localhost.evil.com",
+            "10.1.2.3.evil.com",
         ] {
             assert!(!host_allowed(bad, &allowed), "{bad}");
         }
