@@ -14,7 +14,7 @@ pub(crate) fn serve(a: ServeArgs) -> Outcome {
     if ctx > max_ctx {
         eprintln!("coli: warning: --ctx {ctx} is beyond the model's trained context ({max_ctx})");
     }
-    if !(a.body_limit_mb > 0.0) {
+    if a.body_limit_mb.is_nan() || a.body_limit_mb <= 0.0 {
         return Err("--body-limit-mb must be positive".into());
     }
     let cfg = ServeConfig {
