@@ -8,8 +8,8 @@
 //!   `transformers` modeling file it mirrors.
 //! * [`experts`]: the expert store (reads, cache policy, prefetch) and routing history.
 //! * [`session`]: KV cache, batched prefill, step-by-step decode.
-//! * [`sampling`], [`tokenizer`] (with the chat template), [`constrained`], [`convert`],
-//!   [`gguf_import`].
+//! * [`sampling`], [`tokenizer`], [`chat_template`] (rendered as `transformers` renders
+//!   it), [`constrained`], [`convert`], [`gguf_import`].
 //!
 //! A downstream application needs only this crate. Load a model directory and stream a
 //! chat answer:
@@ -21,10 +21,7 @@
 //!
 //! let engine = Engine::open("path/to/model".as_ref(), &Placement::default())?;
 //! let request = GenerateRequest {
-//!     prompt: Prompt::Chat(vec![ChatMessage {
-//!         role: "user".into(),
-//!         content: "Name three rivers.".into(),
-//!     }]),
+//!     prompt: Prompt::Chat(vec![ChatMessage::new("user", "Name three rivers.")]),
 //!     max_tokens: 64,
 //!     ..GenerateRequest::default()
 //! };
@@ -34,6 +31,7 @@
 //! ```
 
 pub mod arch;
+pub mod chat_template;
 pub mod constrained;
 pub mod convert;
 pub mod demo;

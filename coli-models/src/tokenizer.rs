@@ -1,36 +1,23 @@
-//! Text ↔ ids through `tokenizer.json` (the `tokenizers` crate) and the chat
-//! template of `tokenizer_config.json` (rendered with minijinja as `transformers`
-//! renders it with jinja2: trim_blocks and lstrip_blocks on).
+//! Text ↔ ids through `tokenizer.json` (the `tokenizers` crate), with the chat
+//! template and special tokens of `tokenizer_config.json` (rendering is in
+//! [`crate::chat_template`]).
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
+pub use crate::chat_template::ChatMessage;
+use crate::chat_template::{ChatRequest, ChatTemplate, SpecialTokens};
 use crate::error::{ModelError, Result};
 
 /// A tokenizer with its chat template and special tokens.
 pub struct TextTokenizer {
     inner: tokenizers::Tokenizer,
     chat_template: Option<String>,
-    bos_token: Option<String>,
-    eos_token: Option<String>,
-}
-
-/// One chat message.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct ChatMessage {
-    /// `system`, `user` or `assistant`.
-    pub role: String,
-    /// The text.
-    pub content: String,
-}
-
-fn token_string(v: Option<&Value>) -> Option<String> {
-    match v? {
-        Value::String(s) => Some(s.clone()),
-        Value::Object(o) => o.get("content").and_then(Value::as_str).map(str::to_string),
-        _ => None,
-    }
+    /// Compiled on first use (a template that does not compile fails the render, not the load).
+    compiled: OnceLock<std::result::Result<ChatTemplate, String>>,
+    special: SpecialTokens,
 }
 
 impl TextTokenizer {
@@ -62,11 +49,17 @@ impl TextTokenizer {
                 .map(str::to_string),
             _ => None,
         };
+        // transformers also reads special_tokens_map.json; tokenizer_config.json wins.
+        let map: Value = std::fs::read_to_string(dir.join("special_tokens_map.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or(Value::Null);
+        let special = SpecialTokens::from_config(&cfg).or(SpecialTokens::from_config(&map));
         Ok(TextTokenizer {
             inner,
             chat_template,
-            bos_token: token_string(cfg.get("bos_token")),
-            eos_token: token_string(cfg.get("eos_token")),
+            compiled: OnceLock::new(),
+            special,
         })
     }
 
@@ -145,7 +138,10 @@ impl TextTokenizer {
 
     /// The end-of-sequence token of `tokenizer_config.json`, as an id.
     pub fn eos_id(&self) -> Option<u32> {
-        self.eos_token.as_deref().and_then(|t| self.token_id(t))
+        self.special
+            .eos_token
+            .as_deref()
+            .and_then(|t| self.token_id(t))
     }
 
     /// Whether a chat template is available.
@@ -153,36 +149,46 @@ impl TextTokenizer {
         self.chat_template.is_some()
     }
 
-    /// Renders the chat template over `messages`.
+    /// The chat template's source, as `tokenizer_config.json` spells it.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
+    }
+
+    /// The special tokens passed to the chat template.
+    pub fn special_tokens(&self) -> &SpecialTokens {
+        &self.special
+    }
+
+    /// Renders the chat template over `req` as transformers' `apply_chat_template` would.
+    pub fn render_chat(&self, req: &ChatRequest) -> Result<String> {
+        let source = self.chat_template.as_deref().ok_or_else(|| {
+            ModelError::Template("tokenizer_config.json has no chat_template".into())
+        })?;
+        let compiled = self.compiled.get_or_init(|| {
+            ChatTemplate::new(source).map_err(|e| match e {
+                ModelError::Template(msg) => msg,
+                other => other.to_string(),
+            })
+        });
+        match compiled {
+            Ok(template) => template.render(&self.special, req),
+            Err(e) => Err(ModelError::Template(e.clone())),
+        }
+    }
+
+    /// Renders the chat template over typed `messages`, without tools or extra kwargs.
     pub fn apply_chat_template(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String> {
-        let template = self.chat_template.as_deref().ok_or_else(|| {
-            ModelError::Template("tokenizer_config.json has no chat_template".into())
-        })?;
-        let mut env = minijinja::Environment::new();
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function(
-            "raise_exception",
-            |msg: String| -> std::result::Result<String, minijinja::Error> {
-                Err(minijinja::Error::new(
-                    minijinja::ErrorKind::InvalidOperation,
-                    msg,
-                ))
-            },
-        );
-        let ctx = minijinja::context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos_token.clone().unwrap_or_default(),
-            eos_token => self.eos_token.clone().unwrap_or_default(),
-        };
-        env.render_str(template, ctx)
-            .map_err(|e| ModelError::Template(e.to_string()))
+        let messages: Vec<Value> = messages.iter().map(ChatMessage::to_value).collect();
+        self.render_chat(&ChatRequest {
+            messages: &messages,
+            tools: None,
+            add_generation_prompt,
+            extra: &serde_json::Map::new(),
+        })
     }
 
     /// An incremental decoder for streaming output.
