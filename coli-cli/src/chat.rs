@@ -107,26 +107,17 @@ pub(crate) fn chat(a: ChatArgs) -> Outcome {
             }
             continue;
         }
-        history.push(ChatMessage {
-            role: "user".into(),
-            content: line.clone(),
-        });
+        history.push(ChatMessage::new("user", line.clone()));
         let mut messages = Vec::new();
         if let Some(s) = &system {
-            messages.push(ChatMessage {
-                role: "system".into(),
-                content: s.clone(),
-            });
+            messages.push(ChatMessage::new("system", s.clone()));
         }
         messages.extend(history.iter().cloned());
         stop.store(false, Ordering::SeqCst);
         match answer(&engine, &mut slot, &a, messages, &stop) {
             Ok((text, stats)) => {
                 eprintln!("\n{}", stats.line());
-                history.push(ChatMessage {
-                    role: "assistant".into(),
-                    content: text,
-                });
+                history.push(ChatMessage::new("assistant", text));
                 last = stats;
             }
             Err(e) => {
@@ -233,10 +224,7 @@ fn answer<'e>(
 
 fn save(path: &str, system: Option<&str>, history: &[ChatMessage]) -> Result<(), String> {
     let mut messages: Vec<&ChatMessage> = Vec::new();
-    let sys = system.map(|s| ChatMessage {
-        role: "system".into(),
-        content: s.into(),
-    });
+    let sys = system.map(|s| ChatMessage::new("system", s));
     messages.extend(sys.as_ref());
     messages.extend(history);
     let text = serde_json::to_string_pretty(&serde_json::json!({ "messages": messages }))

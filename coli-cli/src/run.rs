@@ -33,10 +33,7 @@ fn request(a: &RunArgs) -> Result<(GenerateRequest, Option<&PathBuf>), String> {
                 .clone()
                 .unwrap_or_else(|| "The capital of France is".into());
             if a.chat {
-                Prompt::Chat(vec![ChatMessage {
-                    role: "user".into(),
-                    content: text,
-                }])
+                Prompt::Chat(vec![ChatMessage::new("user", text)])
             } else {
                 Prompt::Text(text)
             }

@@ -477,6 +477,37 @@ fn demo_model_says_paris_and_matches_transformers() {
     assert_eq!(v["finish_reason"], "stop");
 }
 
+/// `--chat` wraps the prompt in the demo model's template exactly as transformers does:
+/// the prompt ids are the tokenization of the string recorded from transformers.
+#[test]
+fn chat_prompt_is_the_template_rendered_by_transformers() {
+    let dir = coli_models::demo::ensure_demo_model(|_, _| {}).expect("demo model");
+    let recorded = coli_tests::chat_cases::Recorded::load();
+    let want = recorded.expected("smollm2", "single_user", true);
+    let tok = coli_models::TextTokenizer::load(&dir).unwrap();
+    let out = coli(&[
+        "run",
+        "--model",
+        path_str(&dir),
+        "--chat",
+        "--prompt",
+        "Hi there",
+        "--max-tokens",
+        "1",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        ids(&last_json(&out)["prompt_ids"]),
+        tok.encode(want).unwrap(),
+        "{want:?}"
+    );
+}
+
 /// Shards listed in the index are also found in the directories of `COLI_MODEL_DIRS`.
 #[test]
 fn shards_are_found_through_coli_model_dirs() {

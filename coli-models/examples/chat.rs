@@ -16,10 +16,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let engine = Engine::open(dir.as_ref(), &Placement::default())?;
     let request = GenerateRequest {
-        prompt: Prompt::Chat(vec![ChatMessage {
-            role: "user".into(),
-            content: question.unwrap_or_else(|| "What is the capital of France?".into()),
-        }]),
+        prompt: Prompt::Chat(vec![ChatMessage::new(
+            "user",
+            question.unwrap_or_else(|| "What is the capital of France?".into()),
+        )]),
         max_tokens: 64,
         ..GenerateRequest::default()
     };

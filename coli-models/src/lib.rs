@@ -10,8 +10,8 @@
 //! * [`session`]: KV cache, batched prefill, step-by-step decode.
 //! * [`batch`]: slots (KV caches kept between requests, prefix reuse) and decode steps
 //!   that advance many requests in one batched forward (what a server schedules).
-//! * [`sampling`], [`tokenizer`] (with the chat template), [`constrained`], [`convert`],
-//!   [`gguf_import`].
+//! * [`sampling`], [`tokenizer`], [`chat_template`] (rendered as `transformers` renders
+//!   it), [`constrained`], [`convert`], [`gguf_import`].
 //!
 //! A downstream application needs only this crate. Load a model directory and stream a
 //! chat answer:
@@ -23,10 +23,7 @@
 //!
 //! let engine = Engine::open("path/to/model".as_ref(), &Placement::default())?;
 //! let request = GenerateRequest {
-//!     prompt: Prompt::Chat(vec![ChatMessage {
-//!         role: "user".into(),
-//!         content: "Name three rivers.".into(),
-//!     }]),
+//!     prompt: Prompt::Chat(vec![ChatMessage::new("user", "Name three rivers.")]),
 //!     max_tokens: 64,
 //!     ..GenerateRequest::default()
 //! };
@@ -37,6 +34,7 @@
 
 pub mod arch;
 pub mod batch;
+pub mod chat_template;
 pub mod constrained;
 pub mod convert;
 pub mod demo;

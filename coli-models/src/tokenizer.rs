@@ -1,36 +1,86 @@
-//! Text ↔ ids through `tokenizer.json` (the `tokenizers` crate) and the chat
-//! template of `tokenizer_config.json` (rendered with minijinja as `transformers`
-//! renders it with jinja2: trim_blocks and lstrip_blocks on).
+//! Text ↔ ids through `tokenizer.json` (the `tokenizers` crate), with the chat
+//! template and special tokens of `tokenizer_config.json` (rendering is in
+//! [`crate::chat_template`]).
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
+pub use crate::chat_template::ChatMessage;
+use crate::chat_template::{ChatRequest, ChatTemplate, SpecialTokens};
 use crate::error::{ModelError, Result};
 
-/// A tokenizer with its chat template and special tokens.
+/// A tokenizer with its chat templates and special tokens.
 pub struct TextTokenizer {
     inner: tokenizers::Tokenizer,
-    chat_template: Option<String>,
-    bos_token: Option<String>,
-    eos_token: Option<String>,
+    templates: Vec<NamedTemplate>,
+    /// One unnamed template (`chat_template.jinja` or a string in `tokenizer_config.json`).
+    single_template: bool,
+    special: SpecialTokens,
 }
 
-/// One chat message.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct ChatMessage {
-    /// `system`, `user` or `assistant`.
-    pub role: String,
-    /// The text.
-    pub content: String,
+/// One of a model's chat templates, compiled on first use (a template that does not
+/// compile fails the render, not the load).
+struct NamedTemplate {
+    name: String,
+    source: String,
+    compiled: OnceLock<std::result::Result<ChatTemplate, String>>,
 }
 
-fn token_string(v: Option<&Value>) -> Option<String> {
-    match v? {
-        Value::String(s) => Some(s.clone()),
-        Value::Object(o) => o.get("content").and_then(Value::as_str).map(str::to_string),
-        _ => None,
+impl NamedTemplate {
+    fn new(name: &str, source: String) -> NamedTemplate {
+        NamedTemplate {
+            name: name.to_string(),
+            source,
+            compiled: OnceLock::new(),
+        }
     }
+}
+
+/// A model's chat templates as transformers finds them: `chat_template.jinja` and
+/// `additional_chat_templates/NAME.jinja` when present, else `tokenizer_config.json`'s
+/// `chat_template` (one string, or a list of `{name, template}`).
+fn find_templates(dir: &Path, cfg: &Value) -> Result<(Vec<NamedTemplate>, bool)> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path)
+            .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))
+    };
+    let mut files = Vec::new();
+    let main = dir.join("chat_template.jinja");
+    if main.is_file() {
+        files.push(NamedTemplate::new("default", read(&main)?));
+    }
+    if let Ok(entries) = std::fs::read_dir(dir.join("additional_chat_templates")) {
+        let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        for path in paths {
+            if let (Some(name), Some("jinja")) = (
+                path.file_stem().and_then(|n| n.to_str()),
+                path.extension().and_then(|x| x.to_str()),
+            ) {
+                files.push(NamedTemplate::new(name, read(&path)?));
+            }
+        }
+    }
+    if !files.is_empty() {
+        let single = files.len() == 1 && files[0].name == "default";
+        return Ok((files, single));
+    }
+    Ok(match cfg.get("chat_template") {
+        Some(Value::String(s)) => (vec![NamedTemplate::new("default", s.clone())], true),
+        Some(Value::Array(list)) => {
+            let named = list.iter().filter_map(|t| {
+                let name = t.get("name")?.as_str()?;
+                Some(NamedTemplate::new(
+                    name,
+                    t.get("template")?.as_str()?.to_string(),
+                ))
+            });
+            (named.collect(), false)
+        }
+        _ => (Vec::new(), false),
+    })
 }
 
 impl TextTokenizer {
@@ -52,21 +102,18 @@ impl TextTokenizer {
             })?,
             Err(_) => Value::Null,
         };
-        let chat_template = match cfg.get("chat_template") {
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(Value::Array(list)) => list
-                .iter()
-                .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
-                .or(list.first())
-                .and_then(|t| t.get("template").and_then(Value::as_str))
-                .map(str::to_string),
-            _ => None,
-        };
+        let (templates, single_template) = find_templates(dir, &cfg)?;
+        // transformers also reads special_tokens_map.json; tokenizer_config.json wins.
+        let map: Value = std::fs::read_to_string(dir.join("special_tokens_map.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or(Value::Null);
+        let special = SpecialTokens::from_config(&cfg).or(SpecialTokens::from_config(&map));
         Ok(TextTokenizer {
             inner,
-            chat_template,
-            bos_token: token_string(cfg.get("bos_token")),
-            eos_token: token_string(cfg.get("eos_token")),
+            templates,
+            single_template,
+            special,
         })
     }
 
@@ -145,44 +192,87 @@ impl TextTokenizer {
 
     /// The end-of-sequence token of `tokenizer_config.json`, as an id.
     pub fn eos_id(&self) -> Option<u32> {
-        self.eos_token.as_deref().and_then(|t| self.token_id(t))
+        self.special
+            .eos_token
+            .as_deref()
+            .and_then(|t| self.token_id(t))
     }
 
     /// Whether a chat template is available.
     pub fn has_chat_template(&self) -> bool {
-        self.chat_template.is_some()
+        !self.templates.is_empty()
     }
 
-    /// Renders the chat template over `messages`.
+    /// The chat template used without tools, as the model directory spells it.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.select_template(false).ok().map(|t| t.source.as_str())
+    }
+
+    /// The chat template used for a request with (`tools = true`) or without tools: a
+    /// model may ship a separate `tool_use` template.
+    pub fn chat_template_for(&self, tools: bool) -> Option<&str> {
+        self.select_template(tools).ok().map(|t| t.source.as_str())
+    }
+
+    /// The special tokens passed to the chat template.
+    pub fn special_tokens(&self) -> &SpecialTokens {
+        &self.special
+    }
+
+    /// transformers' `get_chat_template`: the only template, else `tool_use` when tools
+    /// are given and it exists, else `default`.
+    fn select_template(&self, tools: bool) -> Result<&NamedTemplate> {
+        let by_name = |name: &str| self.templates.iter().find(|t| t.name == name);
+        if self.single_template {
+            return Ok(&self.templates[0]);
+        }
+        if self.templates.is_empty() {
+            return Err(ModelError::Template(
+                "the model has no chat template (tokenizer_config.json or chat_template.jinja)"
+                    .into(),
+            ));
+        }
+        tools
+            .then(|| by_name("tool_use"))
+            .flatten()
+            .or_else(|| by_name("default"))
+            .ok_or_else(|| {
+                let names: Vec<&str> = self.templates.iter().map(|t| t.name.as_str()).collect();
+                ModelError::Template(format!(
+                    "the model has several chat templates ({}) and none is named \"default\"",
+                    names.join(", ")
+                ))
+            })
+    }
+
+    /// Renders the chat template over `req` as transformers' `apply_chat_template` would.
+    pub fn render_chat(&self, req: &ChatRequest) -> Result<String> {
+        let named = self.select_template(req.tools.is_some())?;
+        let compiled = named.compiled.get_or_init(|| {
+            ChatTemplate::new(&named.source).map_err(|e| match e {
+                ModelError::Template(msg) => msg,
+                other => other.to_string(),
+            })
+        });
+        match compiled {
+            Ok(template) => template.render(&self.special, req),
+            Err(e) => Err(ModelError::Template(e.clone())),
+        }
+    }
+
+    /// Renders the chat template over typed `messages`, without tools or extra kwargs.
     pub fn apply_chat_template(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String> {
-        let template = self.chat_template.as_deref().ok_or_else(|| {
-            ModelError::Template("tokenizer_config.json has no chat_template".into())
-        })?;
-        let mut env = minijinja::Environment::new();
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function(
-            "raise_exception",
-            |msg: String| -> std::result::Result<String, minijinja::Error> {
-                Err(minijinja::Error::new(
-                    minijinja::ErrorKind::InvalidOperation,
-                    msg,
-                ))
-            },
-        );
-        let ctx = minijinja::context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos_token.clone().unwrap_or_default(),
-            eos_token => self.eos_token.clone().unwrap_or_default(),
-        };
-        env.render_str(template, ctx)
-            .map_err(|e| ModelError::Template(e.to_string()))
+        let messages: Vec<Value> = messages.iter().map(ChatMessage::to_value).collect();
+        self.render_chat(&ChatRequest {
+            messages: &messages,
+            tools: None,
+            add_generation_prompt,
+            extra: &serde_json::Map::new(),
+        })
     }
 
     /// An incremental decoder for streaming output.
@@ -213,5 +303,75 @@ impl TokenStream<'_> {
             .step(id)
             .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         Ok(piece.unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKENIZER: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+        "normalizer":null,"pre_tokenizer":null,"post_processor":null,"decoder":null,
+        "model":{"type":"WordLevel","vocab":{"a":0},"unk_token":"a"}}"#;
+
+    fn model_dir(config: Value, files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tokenizer.json"), TOKENIZER).unwrap();
+        std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string()).unwrap();
+        for (name, text) in files {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        dir
+    }
+
+    fn render(tok: &TextTokenizer, tools: bool) -> Result<String> {
+        let tool = [serde_json::json!({"type": "function", "function": {"name": "f"}})];
+        tok.render_chat(&ChatRequest {
+            messages: &[],
+            tools: tools.then_some(&tool[..]),
+            add_generation_prompt: false,
+            extra: &serde_json::Map::new(),
+        })
+    }
+
+    /// Template lookup follows transformers: `chat_template.jinja` wins over
+    /// tokenizer_config.json; named templates pick `tool_use` for tools, else `default`.
+    #[test]
+    fn chat_templates_are_found_and_chosen_like_transformers() {
+        let cfg = serde_json::json!({"chat_template": "config", "eos_token": {"content": "</s>"}});
+        let tok = TextTokenizer::load(model_dir(cfg.clone(), &[]).path()).unwrap();
+        assert_eq!(render(&tok, true).unwrap(), "config");
+        assert_eq!(tok.special_tokens().eos_token.as_deref(), Some("</s>"));
+
+        let dir = model_dir(cfg, &[("chat_template.jinja", "file{{ eos_token }}")]);
+        let tok = TextTokenizer::load(dir.path()).unwrap();
+        assert_eq!(render(&tok, false).unwrap(), "file</s>");
+
+        let named = serde_json::json!({"chat_template": [
+            {"name": "default", "template": "plain"},
+            {"name": "tool_use", "template": "tools:{{ tools[0].function.name }}"},
+        ]});
+        let tok = TextTokenizer::load(model_dir(named, &[]).path()).unwrap();
+        assert_eq!(render(&tok, false).unwrap(), "plain");
+        assert_eq!(render(&tok, true).unwrap(), "tools:f");
+        assert_eq!(tok.chat_template(), Some("plain"));
+        assert_eq!(
+            tok.chat_template_for(true),
+            Some("tools:{{ tools[0].function.name }}")
+        );
+
+        let dir = model_dir(
+            serde_json::json!({}),
+            &[("additional_chat_templates/rag.jinja", "rag")],
+        );
+        let tok = TextTokenizer::load(dir.path()).unwrap();
+        let err = render(&tok, false).unwrap_err().to_string();
+        assert!(err.contains("(rag)") && err.contains("default"), "{err}");
+
+        let tok = TextTokenizer::load(model_dir(serde_json::json!({}), &[]).path()).unwrap();
+        assert!(!tok.has_chat_template());
+        assert!(render(&tok, false).is_err());
     }
 }

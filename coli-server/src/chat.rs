@@ -10,11 +10,11 @@
 
 use serde_json::{json, Map, Value};
 
-use coli_models::tokenizer::ChatMessage;
+use coli_models::chat_template::ChatRequest;
 use coli_models::{Engine, OutputConstraint};
 
 use crate::http::tokenizer;
-use crate::openai::{ApiError, ChatRequest};
+use crate::openai::{self, ApiError};
 
 /// What a chat request turns into.
 #[derive(Clone, Debug)]
@@ -90,13 +90,16 @@ fn content_text(m: &Value) -> String {
     }
 }
 
-/// Renders `messages` (and `tools`) through the model's chat template.
+/// Renders `messages` (and `tools`) through the model's chat template. Messages go to the
+/// template as the client sent them (what `transformers`' `apply_chat_template` renders
+/// byte for byte); with tools, they are described in a system message and tool calls and
+/// results are written in the generic format.
 pub fn render(
     engine: &Engine,
     messages: &[Value],
     tools: Option<&[Value]>,
     add_generation_prompt: bool,
-    _extra: Map<String, Value>,
+    extra: Map<String, Value>,
 ) -> Result<String, ApiError> {
     check_messages(messages)?;
     let tok = tokenizer(engine)?;
@@ -106,49 +109,61 @@ pub fn render(
             "the model's tokenizer_config.json has no chat_template (use /v1/completions)",
         ));
     }
-    let mut msgs: Vec<ChatMessage> = Vec::new();
-    if let Some(tools) = tools.filter(|t| !t.is_empty()) {
-        msgs.push(ChatMessage {
-            role: "system".into(),
-            content: generic_tools_prompt(tools),
-        });
-    }
-    for m in messages {
-        let role = m["role"].as_str().unwrap_or("user");
-        let mut content = content_text(m);
-        let role = match role {
-            "developer" => "system",
-            "tool" => {
-                let id = m.get("tool_call_id").and_then(Value::as_str).unwrap_or("");
-                content =
-                    json!({"tool_result": {"tool_call_id": id, "content": content}}).to_string();
-                "user"
-            }
-            "assistant" => {
-                if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
-                    for c in calls {
-                        let f = &c["function"];
-                        let args = match &f["arguments"] {
-                            Value::String(s) => {
-                                serde_json::from_str(s).unwrap_or(Value::String(s.clone()))
-                            }
-                            other => other.clone(),
-                        };
-                        content += &json!({"tool_call": {"name": f["name"], "arguments": args}})
-                            .to_string();
-                    }
-                }
-                "assistant"
-            }
-            r => r,
-        };
-        msgs.push(ChatMessage {
-            role: role.into(),
-            content,
-        });
-    }
-    tok.apply_chat_template(&msgs, add_generation_prompt)
+    let tools = tools.filter(|t| !t.is_empty());
+    let generic = tools.is_some()
+        || messages
+            .iter()
+            .any(|m| m["role"] == "tool" || m.get("tool_calls").is_some_and(|c| !c.is_null()));
+    let msgs: Vec<Value> = if generic {
+        let mut msgs = Vec::new();
+        if let Some(tools) = tools {
+            msgs.push(json!({"role": "system", "content": generic_tools_prompt(tools)}));
+        }
+        msgs.extend(messages.iter().map(generic_message));
+        msgs
+    } else {
+        messages.to_vec()
+    };
+    let req = ChatRequest {
+        messages: &msgs,
+        tools: None,
+        add_generation_prompt,
+        extra: &extra,
+    };
+    tok.render_chat(&req)
         .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))
+}
+
+/// A message in the generic tool format: tool results become user messages, assistant
+/// tool calls their JSON.
+fn generic_message(m: &Value) -> Value {
+    let mut content = content_text(m);
+    let role = match m["role"].as_str().unwrap_or("user") {
+        "tool" => {
+            let id = m.get("tool_call_id").and_then(Value::as_str).unwrap_or("");
+            content = json!({"tool_result": {"tool_call_id": id, "content": content}}).to_string();
+            "user"
+        }
+        "assistant" => {
+            for c in m
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let f = &c["function"];
+                let args = match &f["arguments"] {
+                    Value::String(s) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
+                    other => other.clone(),
+                };
+                content +=
+                    &json!({"tool_call": {"name": f["name"], "arguments": args}}).to_string();
+            }
+            "assistant"
+        }
+        r => r,
+    };
+    json!({"role": role, "content": content})
 }
 
 fn generic_tools_prompt(tools: &[Value]) -> String {
@@ -210,7 +225,7 @@ fn call_schema(fns: &[(String, Value)]) -> Value {
 }
 
 /// The prompt and constraint of a chat request.
-pub fn plan(engine: &Engine, r: &ChatRequest) -> Result<ChatPlan, ApiError> {
+pub fn plan(engine: &Engine, r: &openai::ChatRequest) -> Result<ChatPlan, ApiError> {
     let choice = match &r.tool_choice {
         None => "auto".to_string(),
         Some(Value::String(s)) if ["auto", "none", "required"].contains(&s.as_str()) => s.clone(),

@@ -509,14 +509,8 @@ fn template_tokenize_detokenize_models_and_metrics() {
     let want = tok
         .apply_chat_template(
             &[
-                coli_models::tokenizer::ChatMessage {
-                    role: "system".into(),
-                    content: "Be brief.".into(),
-                },
-                coli_models::tokenizer::ChatMessage {
-                    role: "user".into(),
-                    content: "Hi".into(),
-                },
+                coli_models::tokenizer::ChatMessage::new("system", "Be brief."),
+                coli_models::tokenizer::ChatMessage::new("user", "Hi"),
             ],
             true,
         )

@@ -155,6 +155,8 @@ pub const ORACLE_TOLERANCE: f64 = 2e-5;
 /// The checks shared by the integration tests and `cargo xtask verify` (which runs them
 /// in-process, so under whatever build profile xtask was built with). Each returns a
 /// description of the first failure.
+pub mod chat_cases;
+
 pub mod checks {
     use coli_models::arch::PositionLoop;
     use coli_models::{Sampler, SamplingParams, Session};

@@ -70,27 +70,6 @@ fn demo_tokenizer_and_teacher_forcing_match_references() {
     }
 }
 
-/// The demo model's chat template rendered by coli (minijinja) equals `transformers`'
-/// `apply_chat_template` output (strings recorded from transformers 4.57.1).
-#[test]
-fn demo_chat_template_matches_transformers() {
-    use coli_models::tokenizer::ChatMessage;
-    let dir = coli_models::demo::ensure_demo_model(|_, _| {}).expect("demo model");
-    let tok = coli_models::TextTokenizer::load(&dir).unwrap();
-    let msg = |role: &str, content: &str| ChatMessage {
-        role: role.into(),
-        content: content.into(),
-    };
-    assert_eq!(
-        tok.apply_chat_template(&[msg("user", "Hi there")], true).unwrap(),
-        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
-    );
-    assert_eq!(
-        tok.apply_chat_template(&[msg("system", "Be brief."), msg("user", "Hi"), msg("assistant", "Hello!")], false).unwrap(),
-        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
-    );
-}
-
 /// Reading weights from the resident copy or straight from the file mapping gives the same bits.
 #[test]
 fn resident_copy_and_file_mapping_give_identical_logits() {
