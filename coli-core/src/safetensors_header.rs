@@ -374,6 +374,86 @@ mod tests {
             .contains("exceeds the limit"));
     }
 
+    /// Mutation testing found these unchecked (TESTING.md): each case pins one decision.
+    #[test]
+    fn dtype_sizes_follow_the_safetensors_specification() {
+        // The sizes the safetensors format defines for each dtype spelling.
+        for (dtype, size) in [
+            ("BOOL", 1),
+            ("F8_E4M3", 1),
+            ("BF16", 2),
+            ("U16", 2),
+            ("F32", 4),
+            ("I32", 4),
+            ("I64", 8),
+            ("U64", 8),
+            ("F64", 8),
+        ] {
+            assert_eq!(dtype_size(dtype), Some(size), "{dtype}");
+            let h = format!(
+                r#"{{"t":{{"dtype":"{dtype}","shape":[2],"data_offsets":[0,{}]}}}}"#,
+                2 * size
+            );
+            assert!(parse_file_bytes(&file(&h, 2 * size)).is_ok(), "{dtype}");
+        }
+        assert_eq!(dtype_size("F128"), None);
+    }
+
+    #[test]
+    fn the_length_prefix_is_checked_on_both_the_prefix_and_the_file() {
+        // A short prefix of a long file, and a long prefix of a short file: both refused.
+        assert!(header_len(&[0u8; 4], 1000)
+            .unwrap_err()
+            .contains("too short"));
+        assert!(header_len(&[0u8; 8], 4).unwrap_err().contains("too short"));
+        // The limit itself is allowed; one byte more is not.
+        let at = |n: u64| header_len(&n.to_le_bytes(), n + 8);
+        assert_eq!(at(MAX_HEADER_LEN), Ok(MAX_HEADER_LEN as usize));
+        assert!(at(MAX_HEADER_LEN + 1)
+            .unwrap_err()
+            .contains("exceeds the limit"));
+        // A header that ends exactly at the end of the file is fine.
+        assert_eq!(header_len(&2u64.to_le_bytes(), 10), Ok(2));
+    }
+
+    #[test]
+    fn an_overlap_with_any_earlier_span_is_found() {
+        // c overlaps b only (not a): the furthest end seen must advance past a's.
+        let h = r#"{"a":{"dtype":"U8","shape":[10],"data_offsets":[0,10]},"b":{"dtype":"U8","shape":[10],"data_offsets":[10,20]},"c":{"dtype":"U8","shape":[10],"data_offsets":[15,25]}}"#;
+        let err = parse_file_bytes(&file(h, 25)).unwrap_err();
+        assert!(err.contains("\"b\"") && err.contains("\"c\""), "{err}");
+        // Adjacent spans do not overlap.
+        let ok = r#"{"a":{"dtype":"U8","shape":[10],"data_offsets":[0,10]},"b":{"dtype":"U8","shape":[10],"data_offsets":[10,20]}}"#;
+        assert!(parse_file_bytes(&file(ok, 20)).is_ok());
+    }
+
+    #[test]
+    fn well_formed_headers_take_the_typed_parse() {
+        // The typed parse is the fast path: it must accept what the writer produces, with
+        // the metadata apart from the tensors.
+        let h = r#"{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#;
+        let fast: FastHeader = serde_json::from_str(h).unwrap();
+        let names: Vec<&str> = fast.tensors.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(fast.metadata["format"], "pt");
+        let err = serde_json::from_str::<FastHeader>("[1]")
+            .err()
+            .expect("an array is refused");
+        assert!(
+            err.to_string().contains("safetensors header object"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_generic_parse_names_the_entry_at_fault() {
+        // The typed parse rejects the bad shape of "b"; the generic parse must get through
+        // a valid "a" (and the metadata) to name it.
+        let h = r#"{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":"x","data_offsets":[4,8]}}"#;
+        let err = parse_file_bytes(&file(h, 8)).unwrap_err();
+        assert!(err.contains("tensor \"b\": missing shape"), "{err}");
+    }
+
     proptest! {
         /// Arbitrary bytes never panic the parser, and whatever it accepts is in bounds.
         #[test]
