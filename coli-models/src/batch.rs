@@ -463,9 +463,8 @@ impl Engine {
     }
 }
 
-/// One decode token for each session: row `r` is `seqs[r].1` at the session's next
-/// position. Leaves row `r`'s logits in `logits[r * vocab..]`. Models whose attention
-/// cannot be batched yet (MLA) run the sessions one after another, with the same bits.
+/// One decode token for each session, in one forward: row `r` is `seqs[r].1` at the
+/// session's next position. Leaves row `r`'s logits in `logits[r * vocab..]`.
 fn forward_batch(
     scratch: &mut Scratch,
     logits: &mut Vec<f32>,
@@ -485,13 +484,6 @@ fn forward_batch(
                 capacity: s.capacity(),
             });
         }
-    }
-    if !model.can_batch() {
-        for (r, (s, t)) in seqs.iter_mut().enumerate() {
-            let row = s.forward(&[*t], false)?;
-            logits[r * vocab..(r + 1) * vocab].copy_from_slice(row);
-        }
-        return Ok(());
     }
     let tokens: Vec<u32> = seqs.iter().map(|(_, t)| *t).collect();
     let starts: Vec<usize> = seqs.iter().map(|(s, _)| s.len()).collect();

@@ -163,17 +163,14 @@ impl Transformer {
         Ok(())
     }
 
-    /// Whether [`Transformer::forward_rows`] can batch this model's sequences (its
-    /// attention blocks are all grouped-query attention).
-    pub fn can_batch(&self) -> bool {
-        self.layers.iter().all(|l| matches!(l.attn, Mixer::Gqa(_)))
-    }
-
     /// One token for each of several sequences, in one forward: row `r` is `tokens[r]` at
     /// position `starts[r]` of `kvs[r]`. Every row gets the bits it would get alone (the
     /// dense and expert matmuls keep one reduction order whatever the rows; attention and
     /// the KV write are per sequence). Leaves row `r`'s logits in `s.logits[r * vocab..]`.
-    /// Only for models where [`Transformer::can_batch`] holds; ids checked by the caller.
+    /// GQA projects all rows at once and attends per row; MLA runs each row's whole
+    /// attention block on a one-row scratch of its own (the DSA selection a layer hands to
+    /// the next stays with its row); norms, MLPs and MoE layers run over all rows (a MoE
+    /// layer reads the union of the rows' experts once). Ids checked by the caller.
     pub fn forward_rows(
         &self,
         tokens: &[u32],
@@ -186,26 +183,44 @@ impl Transformer {
             n == starts.len() && n == kvs.len(),
             "one start and cache per row"
         );
-        assert!(
-            self.can_batch(),
-            "forward_rows needs grouped-query attention"
-        );
         for (kv, &p) in kvs.iter().zip(starts) {
             assert!(p < kv.capacity, "forward past the KV capacity");
         }
         let ctx = starts.iter().map(|p| p + 1).max().unwrap_or(1);
         self.reserve(s, n, ctx, n);
         self.embed(tokens, s);
-        self.run_layers(
+        let mut rows = std::mem::take(&mut s.rows);
+        if self.layers.iter().any(|l| matches!(l.attn, Mixer::Mla(_))) {
+            rows.resize_with(rows.len().max(n), Scratch::default);
+            for (r, &p) in rows.iter_mut().zip(starts) {
+                self.reserve(r, 1, p + 1, 1);
+            }
+        }
+        let h = self.info.hidden_size;
+        let done = self.run_layers(
             n,
             0,
             PositionLoop::Serial,
             s,
             |mixer, step, s| match mixer {
                 Mixer::Gqa(a) => a.forward_rows(step, kvs, starts, s),
-                Mixer::Mla(_) => unreachable!("checked by can_batch"),
+                Mixer::Mla(m) => {
+                    let per_row = kvs.iter_mut().zip(starts).zip(&mut rows).enumerate();
+                    for (r, ((kv, &start), rs)) in per_row {
+                        rs.xn[..h].copy_from_slice(&s.xn[r * h..(r + 1) * h]);
+                        let one = Step {
+                            n: 1,
+                            start,
+                            ..*step
+                        };
+                        m.forward(&one, kv, rs);
+                        s.proj[r * h..(r + 1) * h].copy_from_slice(&rs.proj[..h]);
+                    }
+                }
             },
-        )?;
+        );
+        s.rows = rows;
+        done?;
         self.head(0, n, s);
         Ok(())
     }

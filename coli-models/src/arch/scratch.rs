@@ -31,6 +31,9 @@ pub struct Scratch {
     pub(crate) moe: MoeScratch,
     /// Logits of the positions asked for, `[n, vocab]`.
     pub logits: Vec<f32>,
+    /// One-row scratches of a batched forward's rows, for the blocks that run per sequence
+    /// (MLA: each row's attention, and the DSA selection it hands to later layers).
+    pub(crate) rows: Vec<Scratch>,
     /// (tokens, context, logit rows) the buffers are already large enough for.
     sized_for: (usize, usize, usize),
 }
