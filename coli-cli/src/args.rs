@@ -249,6 +249,9 @@ pub(crate) struct ServeArgs {
     /// Largest request body, in MB.
     #[arg(long, default_value_t = 4.0)]
     pub(crate) body_limit_mb: f64,
+    /// Send CORS headers allowing this browser origin (`*` for any); off by default.
+    #[arg(long, value_name = "ORIGIN")]
+    pub(crate) cors_origin: Option<String>,
 }
 
 #[derive(Args)]

@@ -6,15 +6,42 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::http::AppState;
 use crate::openai::ApiError;
 
-/// The middleware: 403 for a foreign Host, 401 without the key.
+/// The middleware: 403 for a foreign Host, 401 without the key; with `--cors-origin`,
+/// preflights are answered and responses carry the CORS headers (none are sent otherwise).
 pub async fn check(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let Some(origin) = st.cfg.cors_origin.clone() else {
+        return guarded(&st, req, next).await;
+    };
+    let mut resp = if req.method() == axum::http::Method::OPTIONS {
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        let h = r.headers_mut();
+        h.insert(
+            "access-control-allow-methods",
+            HeaderValue::from_static("GET, POST, OPTIONS"),
+        );
+        h.insert(
+            "access-control-allow-headers",
+            HeaderValue::from_static("authorization, content-type"),
+        );
+        h.insert("access-control-max-age", HeaderValue::from_static("600"));
+        r
+    } else {
+        guarded(&st, req, next).await
+    };
+    if let Ok(v) = HeaderValue::from_str(&origin) {
+        resp.headers_mut().insert("access-control-allow-origin", v);
+    }
+    resp
+}
+
+async fn guarded(st: &AppState, req: Request, next: Next) -> Response {
     let host = req
         .headers()
         .get("host")

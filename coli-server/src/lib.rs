@@ -47,6 +47,8 @@ pub struct ServeConfig {
     pub allow_hosts: Vec<String>,
     /// Largest request body in bytes (then 413).
     pub body_limit: usize,
+    /// Answer browsers from this origin (`*` for any) with CORS headers; none by default.
+    pub cors_origin: Option<String>,
 }
 
 impl Default for ServeConfig {
@@ -61,6 +63,7 @@ impl Default for ServeConfig {
             kv_dir: None,
             allow_hosts: Vec::new(),
             body_limit: 4 << 20,
+            cors_origin: None,
         }
     }
 }

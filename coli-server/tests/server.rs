@@ -307,6 +307,37 @@ fn api_key_and_host_guard() {
     assert_eq!(raw(&format!("localhost:{}", s.addr().port())), 200);
     assert_eq!(raw("127.0.0.1"), 200);
     assert_eq!(raw("coli.example:443"), 200);
+    // No CORS headers unless asked for.
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    write!(c, "GET /health HTTP/1.1\r\nHost: localhost\r\nOrigin: http://a.example\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    assert!(
+        !text
+            .to_ascii_lowercase()
+            .contains("access-control-allow-origin"),
+        "{text}"
+    );
+    s.stop().unwrap();
+    let s = start(ServeConfig {
+        cors_origin: Some("http://a.example".into()),
+        api_key: Some("sekret".into()),
+        ..ServeConfig::default()
+    });
+    let mut c = TcpStream::connect(s.addr()).unwrap();
+    write!(c, "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nOrigin: http://a.example\r\nAccess-Control-Request-Method: POST\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    let lower = text.to_ascii_lowercase();
+    assert!(text.starts_with("HTTP/1.1 204"), "{text}");
+    assert!(
+        lower.contains("access-control-allow-origin: http://a.example"),
+        "{text}"
+    );
+    assert!(
+        lower.contains("access-control-allow-headers: authorization, content-type"),
+        "{text}"
+    );
     s.stop().unwrap();
 }
 
