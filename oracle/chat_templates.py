@@ -48,6 +48,7 @@ TEMPLATES = {
     "deepseek-v3.1": DEEPSEEK,
     "deepseek-v3.2": DEEPSEEK,
     "kimi-k2": {"bos_token": "[BOS]", "eos_token": "[EOS]", "unk_token": "[UNK]", "pad_token": "[PAD]"},
+    "kimi-k2-thinking": {"bos_token": "[BOS]", "eos_token": "[EOS]", "unk_token": "[UNK]", "pad_token": "[PAD]"},
     "glm-4.5": {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
     "glm-4.6": {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
     "qwen3": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
