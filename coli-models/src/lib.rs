@@ -9,7 +9,8 @@
 //! * [`experts`]: the expert store (reads, cache policy, prefetch) and routing history.
 //! * [`session`]: KV cache, batched prefill, step-by-step decode.
 //! * [`sampling`], [`tokenizer`], [`chat_template`] (rendered as `transformers` renders
-//!   it), [`constrained`], [`convert`], [`gguf_import`].
+//!   it), [`tool_calls`] (read back per family), [`constrained`], [`convert`],
+//!   [`gguf_import`].
 //!
 //! A downstream application needs only this crate. Load a model directory and stream a
 //! chat answer:
@@ -44,6 +45,7 @@ pub mod sampling;
 mod serde_defaults;
 pub mod session;
 pub mod tokenizer;
+pub mod tool_calls;
 pub mod weights;
 
 pub use arch::{ModelInfo, Transformer};
