@@ -56,6 +56,8 @@ TEMPLATES = {
     "minimax-m2": {"bos_token": "]~!b[", "eos_token": "[e~[", "unk_token": "]!d~["},
     "llama-3.2": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
     "llama-3.3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
+    # Not a model's: coli's probe of the jinja2/Python semantics templates use.
+    "python-compat": {"bos_token": "<s>"},
     # The demo model (SmolLM2-135M-Instruct), as coli imports it from its GGUF.
     "smollm2": {
         "bos_token": "<|im_start|>",

@@ -80,7 +80,7 @@ fn every_template_renders_tool_calls() {
     let rec = Recorded::load();
     let mut templates: Vec<&str> = rec.cases.iter().map(|c| c.template.as_str()).collect();
     templates.dedup();
-    assert_eq!(templates.len(), 12, "{templates:?}");
+    assert_eq!(templates.len(), 13, "{templates:?}");
     for t in templates {
         let with_calls = rec.cases.iter().filter(|c| {
             c.template == t
