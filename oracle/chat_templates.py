@@ -48,6 +48,7 @@ TEMPLATES = {
     "deepseek-v3.1": DEEPSEEK,
     "deepseek-v3.2": DEEPSEEK,
     "kimi-k2": {"bos_token": "[BOS]", "eos_token": "[EOS]", "unk_token": "[UNK]", "pad_token": "[PAD]"},
+    "kimi-k2-thinking": {"bos_token": "[BOS]", "eos_token": "[EOS]", "unk_token": "[UNK]", "pad_token": "[PAD]"},
     "glm-4.5": {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
     "glm-4.6": {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
     "qwen3": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
@@ -55,6 +56,8 @@ TEMPLATES = {
     "minimax-m2": {"bos_token": "]~!b[", "eos_token": "[e~[", "unk_token": "]!d~["},
     "llama-3.2": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
     "llama-3.3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
+    # Not a model's: coli's probe of the jinja2/Python semantics templates use.
+    "python-compat": {"bos_token": "<s>"},
     # The demo model (SmolLM2-135M-Instruct), as coli imports it from its GGUF.
     "smollm2": {
         "bos_token": "<|im_start|>",

@@ -6,9 +6,9 @@
 //! extension, its own `tojson` (`json.dumps` without HTML escaping, `ensure_ascii=False`),
 //! `raise_exception` and `strftime_now`; jinja2 prints values with Python's `str()`
 //! (`None`, `True`, `{'a': 1}`) and templates call Python string and dict methods.
-//! minijinja is configured to do the same ([`python`] holds the Python spellings). The
-//! test `tests/tests/chat_templates.rs` holds coli to strings recorded from transformers
-//! on real templates (`oracle/chat_templates.py`).
+//! minijinja is configured to do the same (`chat_template/python.rs` holds the Python
+//! spellings). The test `tests/tests/chat_templates.rs` holds coli to strings recorded
+//! from transformers on real templates (`oracle/chat_templates.py`).
 
 mod clock;
 mod python;
@@ -265,6 +265,10 @@ fn python_like_environment() -> Environment<'static> {
         python::str(v).map(|s| python::strip(&s, chars, true, true).to_string())
     });
     env.add_filter("join", join);
+    env.add_filter("items", |v: &Value| match v.kind() {
+        ValueKind::Undefined => Ok(Value::from(Vec::<Value>::new())),
+        _ => python::items(v).map(Value::from),
+    });
     // jinja2: strings, sequences, mappings and undefined iterate; none and numbers do not.
     env.add_test("iterable", |v: &Value| {
         !matches!(
@@ -292,12 +296,20 @@ fn python_methods(
             "strip" => return strip(true, true),
             "lstrip" => return strip(true, false),
             "rstrip" => return strip(false, true),
+            "title" => {
+                let () = from_args(args)?;
+                return Ok(Value::from(python::title(s)));
+            }
             "split" => {
                 let (sep, maxsplit): (Option<&str>, Option<i64>) = from_args(args)?;
                 return python::split(s, sep, maxsplit.unwrap_or(-1)).map(Value::from);
             }
             _ => {}
         }
+    }
+    if value.kind() == ValueKind::Map && method == "items" {
+        let () = from_args(args)?;
+        return python::items(value).map(Value::from);
     }
     minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
 }

@@ -11,7 +11,8 @@
 //! * [`batch`]: slots (KV caches kept between requests, prefix reuse) and decode steps
 //!   that advance many requests in one batched forward (what a server schedules).
 //! * [`sampling`], [`tokenizer`], [`chat_template`] (rendered as `transformers` renders
-//!   it), [`constrained`], [`convert`], [`gguf_import`].
+//!   it), [`tool_calls`] (read back per family), [`constrained`], [`convert`],
+//!   [`gguf_import`].
 //!
 //! A downstream application needs only this crate. Load a model directory and stream a
 //! chat answer:
@@ -47,6 +48,7 @@ pub mod sampling;
 mod serde_defaults;
 pub mod session;
 pub mod tokenizer;
+pub mod tool_calls;
 pub mod weights;
 
 pub use arch::{ModelInfo, Transformer};

@@ -4,9 +4,37 @@
 //! Python semantics differ from minijinja-contrib's (whitespace, `split`).
 
 use std::fmt::Write;
+use std::sync::Arc;
 
-use minijinja::value::ValueKind;
+use minijinja::value::{Enumerator, Object, ObjectRepr, ValueKind};
 use minijinja::{Error, ErrorKind, Value};
+
+/// A Python tuple: a sequence that `repr()` spells with parentheses (the pairs of
+/// `dict.items()` and `|items`).
+#[derive(Debug)]
+pub(super) struct Tuple(pub Vec<Value>);
+
+impl Object for Tuple {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Seq
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        self.0.get(key.as_usize()?).cloned()
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Seq(self.0.len())
+    }
+}
+
+/// A mapping's `(key, value)` pairs, in order, as tuples.
+pub(super) fn items(v: &Value) -> Result<Vec<Value>, Error> {
+    Ok(map_pairs(v)?
+        .into_iter()
+        .map(|(k, item)| Value::from_object(Tuple(vec![k, item])))
+        .collect())
+}
 
 /// Python's `str.isspace` for one character: Rust's `White_Space` plus the four
 /// information separators U+001C..U+001F, which Python also strips.
@@ -105,8 +133,39 @@ fn number_str(v: &Value) -> String {
     }
 }
 
+/// `str.title()`: a cased character after an uncased one is upper-cased, after a cased
+/// one lower-cased (so `3rd` becomes `3Rd`, `it's` becomes `It'S`).
+pub(super) fn title(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut previous_cased = false;
+    for c in s.chars() {
+        if previous_cased {
+            out.extend(c.to_lowercase());
+        } else {
+            out.extend(c.to_uppercase());
+        }
+        previous_cased = c.is_lowercase() || c.is_uppercase();
+    }
+    out
+}
+
+/// Python's `str.isprintable` for one character, without Unicode's unassigned code
+/// points (no table here): control and format characters, separators other than the
+/// ASCII space, and private use are not printable.
+fn is_printable(c: char) -> bool {
+    let u = c as u32;
+    let not = matches!(u,
+        0..=0x1f | 0x7f..=0xa0 | 0xad | 0x600..=0x605 | 0x61c | 0x6dd | 0x70f | 0x890..=0x891
+        | 0x8e2 | 0x1680 | 0x180e | 0x2000..=0x200f | 0x2028..=0x202f | 0x205f..=0x206f
+        | 0x3000 | 0xe000..=0xf8ff | 0xfeff | 0xfff9..=0xfffb | 0x110bd
+        | 0x110cd | 0x13430..=0x1343f | 0x1bca0..=0x1bca3 | 0x1d173..=0x1d17a | 0xe0001
+        | 0xe0020..=0xe007f | 0xf0000..=0x10ffff);
+    !not
+}
+
 /// Python's `repr()` of a string: single quotes unless the text holds a single quote
-/// and no double quote; backslash escapes for the quote, `\\`, and control characters.
+/// and no double quote; backslash escapes for the quote, `\\`, and characters that are
+/// not printable (`\xNN`, `\uNNNN`, `\UNNNNNNNN`).
 pub(super) fn str_repr(s: &str) -> String {
     let quote = if s.contains('\'') && !s.contains('"') {
         '"'
@@ -125,8 +184,12 @@ pub(super) fn str_repr(s: &str) -> String {
                 out.push('\\');
                 out.push(c);
             }
-            c if (c as u32) < 0x20 || (0x7f..0xa0).contains(&(c as u32)) => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
+            c if !is_printable(c) => {
+                let _ = match c as u32 {
+                    u @ 0..=0xff => write!(out, "\\x{u:02x}"),
+                    u @ 0x100..=0xffff => write!(out, "\\u{u:04x}"),
+                    u => write!(out, "\\U{u:08x}"),
+                };
             }
             c => out.push(c),
         }
@@ -147,7 +210,12 @@ pub(super) fn repr(v: &Value) -> Result<String, Error> {
         ValueKind::String => str_repr(v.as_str().unwrap_or_default()),
         ValueKind::Seq | ValueKind::Iterable => {
             let items: Result<Vec<String>, Error> = v.try_iter()?.map(|x| repr(&x)).collect();
-            format!("[{}]", items?.join(", "))
+            let items = items?;
+            match v.downcast_object_ref::<Tuple>() {
+                Some(_) if items.len() == 1 => format!("({},)", items[0]),
+                Some(_) => format!("({})", items.join(", ")),
+                None => format!("[{}]", items.join(", ")),
+            }
         }
         ValueKind::Map => {
             let mut parts = Vec::new();
@@ -354,6 +422,14 @@ mod tests {
         );
         assert_eq!(str(&Value::from(())).unwrap(), "None");
         assert_eq!(str(&Value::UNDEFINED).unwrap(), "");
+        assert_eq!(
+            str_repr("a\u{3000}\u{a0}\u{7f}é\u{e000}"),
+            r"'a\u3000\xa0\x7fé\ue000'"
+        );
+        assert_eq!(
+            title("hello wORLD it's o'neil 3rd"),
+            "Hello World It'S O'Neil 3Rd"
+        );
     }
 
     #[test]
