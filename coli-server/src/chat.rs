@@ -2,15 +2,22 @@
 //! constraint, tools and `tool_choice` to the prompt and (when a call is required) to a
 //! grammar, and the model's answer back into an OpenAI message with `tool_calls`.
 //!
-//! Tool calls use the generic format (as llama-server's for templates that know no
-//! tools): the tools are described in a system message and the model answers with a JSON
-//! object, `{"tool_call": {"name": …, "arguments": {…}}}` or `{"response": "…"}`. With
-//! `tool_choice` `required` or a named function the answer is constrained by a JSON Schema
-//! built from the functions' `parameters`, so the arguments always parse and validate.
+//! Tools, two ways:
+//! * **Native** (`tool_choice` `auto`, on a model whose template knows tools: Qwen3,
+//!   DeepSeek-V3.1/V3.2, Kimi-K2, GLM-4.5/4.6, gpt-oss, MiniMax-M2, Llama 3.x): the tools
+//!   and the conversation's calls and results go through the model's own template, and
+//!   its answer is read back in its own call syntax (`coli_models::tool_calls`).
+//! * **Generic** (a template that knows no tools, or `tool_choice` `required` / a named
+//!   function on any model): the tools are described in a system message and the model
+//!   answers with a JSON object, `{"tool_call": {"name": …, "arguments": {…}}}` or
+//!   `{"response": "…"}`. When a call is required the answer is constrained by a JSON
+//!   Schema built from the functions' `parameters`, so the arguments always parse and
+//!   validate.
 
 use serde_json::{json, Map, Value};
 
 use coli_models::chat_template::ChatRequest;
+use coli_models::tool_calls::{parse_with_tools, ToolCallFormat};
 use coli_models::{Engine, OutputConstraint};
 
 use crate::http::tokenizer;
@@ -23,14 +30,23 @@ pub struct ChatPlan {
     pub prompt: String,
     /// What the output must match.
     pub constraint: OutputConstraint,
-    /// Whether the answer is parsed for tool calls.
-    pub tools: bool,
+    /// How the answer's tool calls are read (None: no tools).
+    pub tool_format: Option<ToolCallFormat>,
+    /// The request's tools (for argument types when reading calls back).
+    pub tools: Vec<Value>,
 }
 
 impl ChatPlan {
     /// Whether the answer is parsed for tool calls (then it is streamed at the end).
     pub fn parses_tools(&self) -> bool {
-        self.tools
+        self.tool_format.is_some()
+    }
+
+    /// Whether reading the answer needs its special tokens (native formats mark calls
+    /// with them).
+    pub fn needs_special_tokens(&self) -> bool {
+        self.tool_format
+            .is_some_and(|f| f != ToolCallFormat::Generic)
     }
 }
 
@@ -101,6 +117,34 @@ pub fn render(
     add_generation_prompt: bool,
     extra: Map<String, Value>,
 ) -> Result<String, ApiError> {
+    let format = native_format(engine);
+    render_as(
+        engine,
+        messages,
+        tools,
+        add_generation_prompt,
+        extra,
+        format,
+    )
+}
+
+/// The model's own tool-call format, when its template renders tools.
+fn native_format(engine: &Engine) -> Option<ToolCallFormat> {
+    let tok = engine.tokenizer().ok()?;
+    let template = tok.chat_template_for(true)?;
+    let f = ToolCallFormat::detect(Some(template));
+    (f != ToolCallFormat::Generic && template.contains("tools")).then_some(f)
+}
+
+/// [`render`] through the native format `format`, or the generic one when `None`.
+fn render_as(
+    engine: &Engine,
+    messages: &[Value],
+    tools: Option<&[Value]>,
+    add_generation_prompt: bool,
+    extra: Map<String, Value>,
+    format: Option<ToolCallFormat>,
+) -> Result<String, ApiError> {
     check_messages(messages)?;
     let tok = tokenizer(engine)?;
     if !tok.has_chat_template() {
@@ -110,11 +154,25 @@ pub fn render(
         ));
     }
     let tools = tools.filter(|t| !t.is_empty());
-    let generic = tools.is_some()
+    let uses_tools = tools.is_some()
         || messages
             .iter()
             .any(|m| m["role"] == "tool" || m.get("tool_calls").is_some_and(|c| !c.is_null()));
-    let msgs: Vec<Value> = if generic {
+    if uses_tools && format.is_some() {
+        // The template renders tools, calls and results itself; arguments sent as JSON
+        // text (OpenAI's shape) become objects, which is what templates iterate.
+        let msgs: Vec<Value> = messages.iter().map(arguments_as_objects).collect();
+        let req = ChatRequest {
+            messages: &msgs,
+            tools,
+            add_generation_prompt,
+            extra: &extra,
+        };
+        return tok
+            .render_chat(&req)
+            .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()));
+    }
+    let msgs: Vec<Value> = if uses_tools {
         let mut msgs = Vec::new();
         if let Some(tools) = tools {
             msgs.push(json!({"role": "system", "content": generic_tools_prompt(tools)}));
@@ -132,6 +190,24 @@ pub fn render(
     };
     tok.render_chat(&req)
         .map_err(|e| ApiError::invalid(Some("messages"), e.to_string()))
+}
+
+/// `tool_calls[].function.arguments` parsed from JSON text into objects.
+fn arguments_as_objects(m: &Value) -> Value {
+    let mut m = m.clone();
+    if let Some(calls) = m.get_mut("tool_calls").and_then(Value::as_array_mut) {
+        for c in calls {
+            if let Some(args) = c.get_mut("function").and_then(|f| f.get_mut("arguments")) {
+                if let Some(v) = args
+                    .as_str()
+                    .and_then(|s| serde_json::from_str::<Value>(s).ok())
+                {
+                    *args = v;
+                }
+            }
+        }
+    }
+    m
 }
 
 /// A message in the generic tool format: tool results become user messages, assistant
@@ -273,10 +349,26 @@ pub fn plan(engine: &Engine, r: &openai::ChatRequest) -> Result<ChatPlan, ApiErr
         }
     }
     let extra = r.chat_template_kwargs.clone().unwrap_or_default();
-    let prompt = render(engine, &r.messages, tools, true, extra)?;
-    let from_format = response_format(r.response_format.as_ref())?;
-    let constraint = if tools.is_some() && (choice == "required" || choice.starts_with("function:"))
-    {
+    let required = choice == "required" || choice.starts_with("function:");
+    // A required call is constrained by a grammar over the generic format (on every
+    // model); otherwise the model's own format when its template knows tools.
+    let native = if required {
+        None
+    } else {
+        native_format(engine)
+    };
+    let prompt = render_as(engine, &r.messages, tools, true, extra, native)?;
+    let from_format = match (&r.grammar, response_format(r.response_format.as_ref())?) {
+        (None, f) => f,
+        (Some(g), OutputConstraint::None) => OutputConstraint::Gbnf(g.clone()),
+        (Some(_), _) => {
+            return Err(ApiError::invalid(
+                Some("grammar"),
+                "grammar and response_format cannot be combined",
+            ))
+        }
+    };
+    let constraint = if tools.is_some() && required {
         if !matches!(from_format, OutputConstraint::None) {
             return Err(ApiError::invalid(
                 Some("response_format"),
@@ -290,7 +382,8 @@ pub fn plan(engine: &Engine, r: &openai::ChatRequest) -> Result<ChatPlan, ApiErr
     Ok(ChatPlan {
         prompt,
         constraint,
-        tools: tools.is_some(),
+        tool_format: tools.map(|_| native.unwrap_or(ToolCallFormat::Generic)),
+        tools: tools.map(<[Value]>::to_vec).unwrap_or_default(),
     })
 }
 
@@ -320,12 +413,47 @@ fn response_format(f: Option<&Value>) -> Result<OutputConstraint, ApiError> {
     }
 }
 
-/// The assistant message for `text`, with tool calls parsed when the request had tools,
-/// and the finish reason (`tool_calls` when the model called one).
-pub fn message(plan: Option<&ChatPlan>, text: &str, reason: &'static str) -> (Value, &'static str) {
+fn call_id(text: &str) -> String {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!(
+        "call_{n:08x}{:08x}",
+        crate::kvfile::fnv(text.as_bytes()) as u32
+    )
+}
+
+/// The assistant message for `text` (and `raw`, the same answer with its special tokens,
+/// which native formats read), with tool calls parsed when the request had tools, and
+/// the finish reason (`tool_calls` when the model called one).
+pub fn message(
+    plan: Option<&ChatPlan>,
+    text: &str,
+    raw: &str,
+    reason: &'static str,
+) -> (Value, &'static str) {
     let plain = (json!({"role": "assistant", "content": text}), reason);
-    if !plan.is_some_and(|p| p.tools) {
+    let Some((plan, format)) = plan.and_then(|p| Some((p, p.tool_format?))) else {
         return plain;
+    };
+    if format != ToolCallFormat::Generic {
+        let out = parse_with_tools(format, raw, Some(&plan.tools));
+        let mut m = json!({"role": "assistant", "content": out.content});
+        if let Some(r) = out.reasoning {
+            m["reasoning_content"] = json!(r);
+        }
+        if out.tool_calls.is_empty() {
+            return (m, reason);
+        }
+        let calls: Vec<Value> = out
+            .tool_calls
+            .iter()
+            .map(|c| json!({"id": call_id(raw), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .collect();
+        if m["content"].as_str().is_some_and(|c| c.trim().is_empty()) {
+            m["content"] = Value::Null;
+        }
+        m["tool_calls"] = json!(calls);
+        return (m, "tool_calls");
     }
     let Ok(v) = serde_json::from_str::<Value>(text.trim()) else {
         return plain;

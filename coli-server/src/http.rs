@@ -482,6 +482,27 @@ impl Collector<'_> {
     }
 }
 
+/// The answer with its special tokens (native tool formats mark calls with them), without
+/// a final end-of-sequence token; empty when the plan does not need it.
+fn raw_text(engine: &Engine, plan: Option<&ChatPlan>, f: &Finished) -> String {
+    if !plan.is_some_and(ChatPlan::needs_special_tokens) {
+        return String::new();
+    }
+    let mut ids = &f.generated[..];
+    if f.finish == FinishReason::Stop && !f.cancelled {
+        if let Some((last, rest)) = ids.split_last() {
+            if engine.eos_ids().contains(last) {
+                ids = rest;
+            }
+        }
+    }
+    engine
+        .tokenizer()
+        .ok()
+        .and_then(|t| t.decode(ids, false).ok())
+        .unwrap_or_default()
+}
+
 fn finish_reason(f: &Finished, stops: &StopScanner) -> &'static str {
     if stops.hit() {
         return "stop";
@@ -569,7 +590,8 @@ async fn whole(
     let id = request_id(plan.kind);
     let mut body = match plan.kind {
         Kind::Chat => {
-            let (message, reason) = chat::message(plan.chat.as_ref(), &text, reason);
+            let raw = raw_text(&st.engine, plan.chat.as_ref(), &finished);
+            let (message, reason) = chat::message(plan.chat.as_ref(), &text, &raw, reason);
             let mut choice = json!({"index": 0, "message": message, "finish_reason": reason});
             choice["logprobs"] = if plan.logprobs.is_some() {
                 json!({ "content": c.logprobs })
@@ -669,7 +691,8 @@ fn stream(
         let mut reason = finish_reason(&finished, &c.stops);
         if buffer_all {
             held += &rest;
-            let (message, r) = chat::message(plan.chat.as_ref(), &held, reason);
+            let raw = raw_text(&st.engine, plan.chat.as_ref(), &finished);
+            let (message, r) = chat::message(plan.chat.as_ref(), &held, &raw, reason);
             reason = r;
             let mut delta = message;
             delta.as_object_mut().map(|o| o.remove("role"));

@@ -146,6 +146,8 @@ pub struct ChatRequest {
     pub tool_choice: Option<Value>,
     /// Extra chat-template variables (an extension, as llama-server's).
     pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+    /// A GBNF grammar the answer must match (an extension, as llama-server's).
+    pub grammar: Option<String>,
 }
 
 /// A completions prompt: text, or token ids.

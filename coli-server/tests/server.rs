@@ -639,3 +639,118 @@ fn kv_slots_survive_a_restart() {
     assert_eq!(after["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     assert_eq!(content(&after), content(&fresh));
 }
+
+/// The chat model with Qwen3's real chat template: tools go through the template and the
+/// answer is read back in Qwen3's own call syntax.
+fn qwen3_style_engine() -> Arc<Engine> {
+    static E: OnceLock<Arc<Engine>> = OnceLock::new();
+    E.get_or_init(|| {
+        let dir = model_dir().with_extension("qwen3");
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in std::fs::read_dir(model_dir()).unwrap() {
+            let f = f.unwrap();
+            if f.file_type().unwrap().is_file() {
+                std::fs::copy(f.path(), dir.join(f.file_name())).unwrap();
+            }
+        }
+        let template =
+            std::fs::read_to_string(coli_tests::fixtures_dir().join("chat_templates/qwen3.jinja"))
+                .unwrap();
+        let cfg_path = dir.join("tokenizer_config.json");
+        let mut cfg: Value =
+            serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+        cfg["chat_template"] = json!(template);
+        std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+        Arc::new(Engine::open(&dir, &Placement::default()).expect("engine"))
+    })
+    .clone()
+}
+
+#[test]
+fn native_tool_calls_through_the_models_own_template_and_syntax() {
+    let s = Server::start(
+        qwen3_style_engine(),
+        ServeConfig {
+            port: 0,
+            ctx: 1024,
+            ..ServeConfig::default()
+        },
+    )
+    .unwrap();
+    let tools = json!([{"type": "function", "function": {"name": "add", "description": "Add two integers",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}]);
+    // The tools are rendered by the template itself (Qwen3's <tools> block).
+    let (st, v) = post(
+        &s,
+        "/apply-template",
+        &json!({"messages": [{"role": "user", "content": "1+2?"}], "tools": tools}),
+    );
+    assert_eq!(st, 200, "{v}");
+    let prompt = v["prompt"].as_str().unwrap();
+    assert!(
+        prompt.contains("<tools>") && prompt.contains("\"name\": \"add\""),
+        "{prompt}"
+    );
+    // A model answering in Qwen3's syntax (forced here by a grammar: the weights are
+    // random) gets its call read back into tool_calls, streamed or not.
+    let grammar = r#"root ::= "Let me add.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>""#;
+    let body = chat_body(
+        "What is 1+2?",
+        json!({"tools": tools, "grammar": grammar, "max_tokens": 80, "ignore_eos": false}),
+    );
+    let (st, v) = post(&s, "/v1/chat/completions", &body);
+    assert_eq!(st, 200, "{v}");
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+    assert_eq!(
+        choice["message"]["content"].as_str().map(str::trim),
+        Some("Let me add.")
+    );
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "add");
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(args, json!({"a": 1, "b": 2}));
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let chunks = stream(&s, "/v1/chat/completions", &sb);
+    let delta_calls: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"].get(0)?["delta"].get("tool_calls"))
+        .collect();
+    assert_eq!(delta_calls.len(), 1, "{chunks:?}");
+    assert_eq!(delta_calls[0][0]["function"]["name"], "add");
+    assert_eq!(delta_calls[0][0]["index"], 0);
+    let last = chunks
+        .iter()
+        .rev()
+        .find(|c| {
+            c["choices"]
+                .get(0)
+                .is_some_and(|c| !c["finish_reason"].is_null())
+        })
+        .unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "tool_calls");
+    // The call and its result go back through the template on the next turn.
+    let (st, v) = post(
+        &s,
+        "/apply-template",
+        &json!({"messages": [
+        {"role": "user", "content": "What is 1+2?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 2}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "3"}], "tools": tools}),
+    );
+    assert_eq!(st, 200, "{v}");
+    let prompt = v["prompt"].as_str().unwrap();
+    assert!(
+        prompt.contains(
+            "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>"
+        ),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("<tool_response>\n3\n</tool_response>"),
+        "{prompt}"
+    );
+    s.stop().unwrap();
+}
