@@ -149,6 +149,120 @@ fn check(bytes: &[u8], fingerprint: u64) -> Result<&[u8], String> {
     Ok(payload)
 }
 
+/// The tokens a slot file holds, read without its KV (for choosing which file to restore).
+/// `None` for a file that is not a slot file of this model.
+pub fn peek_tokens(path: &Path, fingerprint: u64) -> Option<Vec<u32>> {
+    let mut f = BufReader::new(File::open(path).ok()?);
+    let mut head = [0u8; 32];
+    f.read_exact(&mut head).ok()?;
+    let word = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().expect("8 bytes"));
+    if &head[..8] != MAGIC || word(8) != fingerprint {
+        return None;
+    }
+    let n = word(24) as usize;
+    if n == 0 || (n as u64).saturating_mul(4) > word(16) {
+        return None;
+    }
+    let mut bytes = vec![0u8; n * 4];
+    f.read_exact(&mut bytes).ok()?;
+    Some(
+        bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect(),
+    )
+}
+
+/// Saved conversations in a directory: each file's tokens, to find the one sharing the
+/// longest prefix with a prompt. Bounded: past `cap` files the oldest is deleted.
+pub struct Library {
+    dir: std::path::PathBuf,
+    fingerprint: u64,
+    cap: usize,
+    /// (file, its tokens), oldest first.
+    files: Vec<(std::path::PathBuf, Vec<u32>)>,
+}
+
+impl Library {
+    /// The conversations already saved in `dir` for this model (others are left alone).
+    pub fn open(dir: &Path, fingerprint: u64, cap: usize) -> Library {
+        let mut files: Vec<(std::time::SystemTime, std::path::PathBuf, Vec<u32>)> =
+            std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "colikv"))
+                .filter_map(|p| {
+                    let tokens = peek_tokens(&p, fingerprint);
+                    if tokens.is_none() {
+                        eprintln!(
+                            "coli serve: {}: not a slot file of this model; ignored",
+                            p.display()
+                        );
+                    }
+                    let t = std::fs::metadata(&p).and_then(|m| m.modified()).ok()?;
+                    Some((t, p, tokens?))
+                })
+                .collect();
+        files.sort();
+        Library {
+            dir: dir.to_path_buf(),
+            fingerprint,
+            cap: cap.max(1),
+            files: files.into_iter().map(|(_, p, t)| (p, t)).collect(),
+        }
+    }
+
+    /// The saved conversation sharing the longest prefix with `prompt`, and that length.
+    pub fn best(&self, prompt: &[u32]) -> Option<(&Path, usize)> {
+        self.files
+            .iter()
+            .map(|(p, t)| {
+                (
+                    p.as_path(),
+                    t.iter().zip(prompt).take_while(|(a, b)| a == b).count(),
+                )
+            })
+            .max_by_key(|(_, n)| *n)
+            .filter(|(_, n)| *n > 0)
+    }
+
+    /// Saves what `slot` holds (unless an identical conversation is saved already).
+    pub fn save(&mut self, slot: &Slot<'_>) -> Result<(), String> {
+        let tokens = slot.tokens();
+        if tokens.is_empty() || self.files.iter().any(|(_, t)| t == tokens) {
+            return Ok(());
+        }
+        let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+        let path = self.dir.join(format!("conv-{:016x}.colikv", fnv(&bytes)));
+        save(slot, &path, self.fingerprint)?;
+        // A saved conversation that is a prefix of this one is superseded by it.
+        let mut removed = Vec::new();
+        self.files.retain(|(p, t)| {
+            let prefix = t.len() <= tokens.len() && tokens[..t.len()] == t[..];
+            if prefix && *p != path {
+                removed.push(p.clone());
+            }
+            !prefix && *p != path
+        });
+        for p in removed {
+            let _ = std::fs::remove_file(p);
+        }
+        self.files.push((path, tokens.to_vec()));
+        while self.files.len() > self.cap {
+            let (p, _) = self.files.remove(0);
+            let _ = std::fs::remove_file(p);
+        }
+        Ok(())
+    }
+
+    /// Loads the saved conversation at `path` into `slot`.
+    pub fn restore(&self, slot: &mut Slot<'_>, path: &Path) -> Result<(), String> {
+        restore(slot, path, self.fingerprint)
+    }
+}
+
 /// A fingerprint of the model in `dir`: its config.json and the names and sizes of its
 /// weight files (a slot's KV is only meaningful for the exact weights that computed it).
 pub fn fingerprint(dir: &Path) -> u64 {

@@ -194,20 +194,15 @@ fn run(
     persist: Option<Persist>,
 ) {
     let mut slots: Vec<SlotState<'_>> = (0..n_slots)
-        .map(|i| {
-            let mut slot = engine.slot(ctx);
-            if let Some(p) = &persist {
-                if let Err(e) = kvfile::restore(&mut slot, &slot_path(p, i), p.fingerprint) {
-                    eprintln!("coli serve: slot {i}: {e}; starting empty");
-                }
-            }
-            SlotState {
-                slot,
-                last_used: 0,
-                running: None,
-            }
+        .map(|_| SlotState {
+            slot: engine.slot(ctx),
+            last_used: 0,
+            running: None,
         })
         .collect();
+    let mut library = persist
+        .as_ref()
+        .map(|p| kvfile::Library::open(&p.dir, p.fingerprint, SAVED_CONVERSATIONS));
     publish_kv(&slots, shared);
     let mut queue: VecDeque<Job> = VecDeque::new();
     let mut batch = Batch::new();
@@ -233,22 +228,28 @@ fn run(
                 }
             }
         }
-        admit(engine, &mut slots, &mut queue, shared, &mut tick);
+        admit(
+            engine,
+            &mut slots,
+            &mut queue,
+            shared,
+            &mut tick,
+            library.as_mut(),
+        );
         step(engine, &mut slots, &mut batch, shared);
         publish_kv(&slots, shared);
     }
-    if let Some(p) = &persist {
+    if let Some(lib) = library.as_mut() {
         for (i, s) in slots.iter().enumerate() {
-            if let Err(e) = kvfile::save(&s.slot, &slot_path(p, i), p.fingerprint) {
+            if let Err(e) = lib.save(&s.slot) {
                 eprintln!("coli serve: could not save slot {i}: {e}");
             }
         }
     }
 }
 
-fn slot_path(p: &Persist, i: usize) -> std::path::PathBuf {
-    p.dir.join(format!("slot-{i}.colikv"))
-}
+/// Conversations kept in `--kv-dir` (the oldest is deleted past this).
+const SAVED_CONVERSATIONS: usize = 64;
 
 fn publish_kv(slots: &[SlotState<'_>], shared: &Shared) {
     let held: usize = slots.iter().map(|s| s.slot.tokens().len()).sum();
@@ -267,6 +268,7 @@ fn admit<'e>(
     queue: &mut VecDeque<Job>,
     shared: &Shared,
     tick: &mut u64,
+    mut library: Option<&mut kvfile::Library>,
 ) {
     while let Some(job) = queue.front() {
         if job.events.is_closed() {
@@ -295,6 +297,9 @@ fn admit<'e>(
         *tick += 1;
         let st = &mut slots[i];
         st.last_used = *tick;
+        if let Some(lib) = library.as_deref_mut() {
+            swap_in(lib, &mut st.slot, &prompt);
+        }
         match engine.begin(&mut st.slot, &job.req, &job.opts) {
             Ok(mut dec) => {
                 shared.running.fetch_add(1, Ordering::SeqCst);
@@ -309,6 +314,26 @@ fn admit<'e>(
             }
             Err(e) => {
                 let _ = job.events.send(Event::Error(e.to_string()));
+            }
+        }
+    }
+}
+
+/// With `--kv-dir`: a slot about to lose (part of) its conversation saves it first, and a
+/// saved conversation sharing a longer prefix with `prompt` than the slot holds is loaded
+/// into it (a conversation that left its slot comes back with its KV).
+fn swap_in(lib: &mut kvfile::Library, slot: &mut Slot<'_>, prompt: &[u32]) {
+    let held = slot.common_prefix(prompt);
+    let saved = lib.best(prompt).map(|(p, n)| (p.to_path_buf(), n));
+    if held < slot.tokens().len() {
+        if let Err(e) = lib.save(slot) {
+            eprintln!("coli serve: could not save an evicted conversation: {e}");
+        }
+    }
+    if let Some((path, n)) = saved {
+        if n > held {
+            if let Err(e) = lib.restore(slot, &path) {
+                eprintln!("coli serve: {e}; ignored");
             }
         }
     }

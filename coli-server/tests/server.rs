@@ -754,3 +754,65 @@ fn native_tool_calls_through_the_models_own_template_and_syntax() {
     );
     s.stop().unwrap();
 }
+
+#[test]
+fn an_evicted_conversation_comes_back_from_the_kv_dir() {
+    let kv = tempfile::tempdir().unwrap();
+    let turn = |history: &[(&str, String)], next: &str| {
+        let mut msgs: Vec<Value> = history
+            .iter()
+            .flat_map(|(q, a)| {
+                [
+                    json!({"role": "user", "content": q}),
+                    json!({"role": "assistant", "content": a}),
+                ]
+            })
+            .collect();
+        msgs.push(json!({"role": "user", "content": next}));
+        let mut b = chat_body(next, json!({"temperature": 0.0}));
+        b["messages"] = json!(msgs);
+        b
+    };
+    let run = |kv_dir: Option<PathBuf>| {
+        // One slot: conversation B evicts A; A's second turn then needs its KV back.
+        let s = start(ServeConfig {
+            slots: 1,
+            kv_dir,
+            ..ServeConfig::default()
+        });
+        let (_, a1) = post(
+            &s,
+            "/v1/chat/completions",
+            &turn(&[], "Conversation A begins here."),
+        );
+        let (_, _b1) = post(
+            &s,
+            "/v1/chat/completions",
+            &turn(&[], "Something else entirely, B."),
+        );
+        let a2_body = turn(
+            &[("Conversation A begins here.", content(&a1))],
+            "And A goes on.",
+        );
+        let (_, a2) = post(&s, "/v1/chat/completions", &a2_body);
+        s.stop().unwrap();
+        a2
+    };
+    let with = run(Some(kv.path().to_path_buf()));
+    let without = run(None);
+    assert_eq!(
+        content(&with),
+        content(&without),
+        "restored KV, same tokens"
+    );
+    let cached = with["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    let plain = without["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        cached > plain + 5,
+        "A's KV came back from disk: {cached} vs {plain}"
+    );
+}
