@@ -613,6 +613,21 @@ async fn whole(
     Json(body).into_response()
 }
 
+/// The final chunk's JSON (no delta, a finish reason).
+fn chunk_json(plan: &Plan, id: &str, created: u64, model: &str, reason: &str) -> String {
+    match plan.kind {
+        Kind::Chat => {
+            json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": reason, "logprobs": null}]})
+        }
+        Kind::Completion => {
+            json!({"id": id, "object": "text_completion", "created": created, "model": model,
+            "choices": [{"index": 0, "text": "", "finish_reason": reason, "logprobs": null}]})
+        }
+    }
+    .to_string()
+}
+
 fn stream(
     st: Arc<AppState>,
     plan: Plan,
@@ -709,7 +724,16 @@ fn stream(
             let _ = out.send(Ok(SseEvent::default().data(json!({"error": {"message": v, "type": "invalid_response_error", "param": null, "code": "schema_violation"}}).to_string())));
             return;
         }
-        let _ = out.send(Ok(chunk(json!({}), Some(reason), None)));
+        let _ = out.send(Ok(if finished.warnings.is_empty() {
+            chunk(json!({}), Some(reason), None)
+        } else {
+            // What the schema's conversion ignored or relaxed, as the whole answer says it.
+            let mut last: Value =
+                serde_json::from_str(&chunk_json(&plan, &id, created, &model, reason))
+                    .unwrap_or_default();
+            last["warnings"] = json!(finished.warnings);
+            SseEvent::default().data(last.to_string())
+        }));
         if plan.include_usage {
             let body = json!({"id": id, "object": if plan.kind == Kind::Chat {"chat.completion.chunk"} else {"text_completion"},
                 "created": created, "model": model, "choices": [], "usage": usage(started, &finished)});
