@@ -28,6 +28,7 @@ pub(crate) fn serve(a: ServeArgs) -> Outcome {
         allow_hosts: a.allow_host,
         body_limit: (a.body_limit_mb * 1e6) as usize,
         cors_origin: a.cors_origin,
+        threads: crate::threads(&a.m),
     };
     let kv_bytes = coli_models::arch::KvCache::bytes_for(engine.model(), ctx) * cfg.slots;
     let auth = if cfg.api_key.is_some() {

@@ -49,6 +49,8 @@ pub struct ServeConfig {
     pub body_limit: usize,
     /// Answer browsers from this origin (`*` for any) with CORS headers; none by default.
     pub cors_origin: Option<String>,
+    /// Compute threads of the model (default: all cores).
+    pub threads: Option<usize>,
 }
 
 impl Default for ServeConfig {
@@ -64,6 +66,7 @@ impl Default for ServeConfig {
             allow_hosts: Vec::new(),
             body_limit: 4 << 20,
             cors_origin: None,
+            threads: None,
         }
     }
 }
@@ -110,8 +113,13 @@ impl Server {
             dir: dir.clone(),
             fingerprint: kvfile::fingerprint(engine.dir()),
         });
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(cfg.threads.unwrap_or(0))
+            .thread_name(|i| format!("coli-compute-{i}"))
+            .build()
+            .map_err(|e| e.to_string())?;
         let (sched, worker) =
-            scheduler::start(engine.clone(), cfg.slots, cfg.ctx, cfg.queue, persist);
+            scheduler::start(engine.clone(), pool, cfg.slots, cfg.ctx, cfg.queue, persist);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let state = Arc::new(http::AppState::new(engine, sched, cfg));
         let thread = std::thread::Builder::new()

@@ -144,11 +144,13 @@ pub struct Persist {
     pub fingerprint: u64,
 }
 
-/// Starts the scheduler thread over `engine` with `slots` slots of `ctx` positions.
+/// Starts the scheduler thread over `engine` with `slots` slots of `ctx` positions; the
+/// model computes on `pool`.
 /// The thread ends when every [`Scheduler`] handle is dropped, after saving the slots when
 /// `persist` is set.
 pub fn start(
     engine: Arc<Engine>,
+    pool: rayon::ThreadPool,
     slots: usize,
     ctx: usize,
     queue_cap: usize,
@@ -169,7 +171,7 @@ pub fn start(
     let sh = shared.clone();
     let handle = std::thread::Builder::new()
         .name("coli-scheduler".into())
-        .spawn(move || run(&engine, slots, ctx, rx, &sh, persist))
+        .spawn(move || pool.install(|| run(&engine, slots, ctx, rx, &sh, persist)))
         .expect("spawn the scheduler thread");
     (Scheduler { tx, shared }, handle)
 }

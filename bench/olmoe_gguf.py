@@ -1,0 +1,117 @@
+"""A synthetic OLMoE (`cargo xtask synth DIR olmoe int8`) as a GGUF for llama.cpp, without
+torch: bf16 tensors stay bf16, norms and the router f32, and the int8 experts
+(per-row scales) are dequantized and stored as Q8_0 (llama.cpp's nearest format: the
+weights agree to Q8_0's rounding, not bit for bit). The tokenizer comes from a GGUF of the
+demo model, padded with unused tokens to the synthetic vocabulary.
+
+    python bench/olmoe_gguf.py SYNTH_DIR DEMO_GGUF OUT.gguf
+"""
+import json
+import struct
+import sys
+
+import gguf
+import numpy as np
+from gguf import GGMLQuantizationType as Q, GGUFReader, GGUFWriter
+
+src, demo, dst = sys.argv[1], sys.argv[2], sys.argv[3]
+cfg = json.load(open(f"{src}/config.json"))
+index = json.load(open(f"{src}/model.safetensors.index.json"))["weight_map"]
+headers = {}
+
+
+def header(file):
+    if file not in headers:
+        with open(f"{src}/{file}", "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            headers[file] = (8 + n, json.loads(f.read(n)))
+    return headers[file]
+
+
+def tensor(name):
+    file = index[name]
+    start, h = header(file)
+    e = h[name]
+    b, end = e["data_offsets"]
+    with open(f"{src}/{file}", "rb") as f:
+        f.seek(start + b)
+        raw = f.read(end - b)
+    shape = e["shape"]
+    if e["dtype"] == "BF16":
+        return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(shape)
+    if e["dtype"] == "F32":
+        return np.frombuffer(raw, np.float32).reshape(shape)
+    if e["dtype"] == "I8":
+        return np.frombuffer(raw, np.int8).reshape(shape)
+    raise SystemExit(f"{name}: dtype {e['dtype']}")
+
+
+def weight(name):
+    w = tensor(name)
+    if w.dtype == np.int8:
+        return w.astype(np.float32) * tensor(name + "_scale").reshape(-1, 1)
+    return w
+
+
+h, n_layers, n_exp, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_experts"], cfg["vocab_size"]
+w = GGUFWriter(dst, "olmoe")
+r = GGUFReader(demo)
+for name, f in r.fields.items():
+    if not name.startswith("tokenizer."):
+        continue
+    vt = f.types[0]
+    v = f.contents()
+    if name == "tokenizer.ggml.tokens":
+        v = v + [f"<unused{i}>" for i in range(vocab - len(v))]
+    if name == "tokenizer.ggml.token_type":
+        v = v + [5] * (vocab - len(v))  # UNUSED
+    if name == "tokenizer.ggml.scores":
+        v = v + [0.0] * (vocab - len(v))
+    if vt == gguf.GGUFValueType.ARRAY:
+        w.add_array(name, v)
+    elif vt == gguf.GGUFValueType.STRING:
+        w.add_string(name, v)
+    else:
+        w.add_key_value(name, v, vt)
+w.add_block_count(n_layers)
+w.add_context_length(cfg["max_position_embeddings"])
+w.add_embedding_length(h)
+w.add_feed_forward_length(cfg["intermediate_size"])
+w.add_head_count(cfg["num_attention_heads"])
+w.add_head_count_kv(cfg["num_key_value_heads"])
+w.add_rope_freq_base(cfg["rope_theta"])
+w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+w.add_expert_count(n_exp)
+w.add_expert_used_count(cfg["num_experts_per_tok"])
+w.add_file_type(7)  # MOSTLY_Q8_0
+
+
+def put(name, data, qtype):
+    if qtype == Q.F32:
+        w.add_tensor(name, np.ascontiguousarray(data, np.float32))
+    else:
+        q = gguf.quants.quantize(np.ascontiguousarray(data, np.float32), qtype)
+        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
+
+
+put("token_embd.weight", weight("model.embed_tokens.weight"), Q.BF16)
+put("output.weight", weight("lm_head.weight"), Q.BF16)
+put("output_norm.weight", weight("model.norm.weight"), Q.F32)
+for l in range(n_layers):
+    p = f"model.layers.{l}"
+    for hf, gg in [("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")]:
+        put(f"blk.{l}.{gg}.weight", weight(f"{p}.self_attn.{hf}.weight"), Q.BF16)
+    put(f"blk.{l}.attn_q_norm.weight", weight(f"{p}.self_attn.q_norm.weight"), Q.F32)
+    put(f"blk.{l}.attn_k_norm.weight", weight(f"{p}.self_attn.k_norm.weight"), Q.F32)
+    put(f"blk.{l}.attn_norm.weight", weight(f"{p}.input_layernorm.weight"), Q.F32)
+    put(f"blk.{l}.ffn_norm.weight", weight(f"{p}.post_attention_layernorm.weight"), Q.F32)
+    put(f"blk.{l}.ffn_gate_inp.weight", weight(f"{p}.mlp.gate.weight"), Q.F32)
+    for hf, gg in [("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")]:
+        stacked = np.stack([weight(f"{p}.mlp.experts.{e}.{hf}.weight") for e in range(n_exp)])
+        put(f"blk.{l}.{gg}.weight", stacked, Q.Q8_0)
+    print(f"layer {l + 1}/{n_layers}", file=sys.stderr)
+w.write_header_to_file()
+w.write_kv_data_to_file()
+w.write_tensors_to_file()
+w.close()
+print("ok")
