@@ -6,7 +6,8 @@
 //! `POST /apply-template`, `POST /tokenize`, `POST /detokenize`, `GET /metrics`.
 //!
 //! * [`scheduler`]: the slots, the bounded queue, continuous batching.
-//! * [`http`]: the endpoints; [`openai`]: request shapes and the error shape;
+//! * [`http`]: the endpoints (answers assembled in `respond`); [`openai`]: request
+//!   shapes and the error shape;
 //!   [`chat`]: templates, `response_format`, tools; [`stops`]: stop strings.
 //! * [`guard`]: the Host guard and the API key; [`metrics`]: `/metrics`;
 //!   [`kvfile`]: slots saved on shutdown and restored on start.
@@ -17,6 +18,7 @@ pub mod http;
 pub mod kvfile;
 pub mod metrics;
 pub mod openai;
+mod respond;
 pub mod scheduler;
 pub mod stops;
 

@@ -46,7 +46,15 @@ pub enum Event {
     Token(TokenEvent),
     /// It ended.
     Done(Box<Finished>),
-    /// It failed (before or during generation).
+    /// It was refused before starting: the request is at fault (a 400), and `param`
+    /// names the field when one is (a schema or grammar: `response_format`).
+    Refused {
+        /// The request field at fault.
+        param: Option<&'static str>,
+        /// Why.
+        message: String,
+    },
+    /// It failed (an engine error: a 500).
     Error(String),
 }
 
@@ -286,7 +294,7 @@ fn admit<'e>(
                 Err(e) => {
                     let job = queue.pop_front().expect("front exists");
                     shared.waiting.fetch_sub(1, Ordering::SeqCst);
-                    let _ = job.events.send(Event::Error(e.to_string()));
+                    let _ = job.events.send(refusal(e));
                     continue;
                 }
             },
@@ -315,7 +323,7 @@ fn admit<'e>(
                 settle(st, shared);
             }
             Err(e) => {
-                let _ = job.events.send(Event::Error(e.to_string()));
+                let _ = job.events.send(refusal(e));
             }
         }
     }
@@ -338,6 +346,22 @@ fn swap_in(lib: &mut kvfile::Library, slot: &mut Slot<'_>, prompt: &[u32]) {
                 eprintln!("coli serve: {e}; ignored");
             }
         }
+    }
+}
+
+/// Why a request could not start, as the front end answers it: the request's fault, or
+/// the engine's.
+fn refusal(e: coli_models::ModelError) -> Event {
+    use coli_models::ModelError as E;
+    let param = match &e {
+        E::Constraint(_) => Some("response_format"),
+        E::TokenOutOfVocab { .. } | E::EmptyPrompt | E::ContextFull { .. } => Some("prompt"),
+        E::Template(_) | E::Tokenizer(_) => Some("messages"),
+        _ => return Event::Error(e.to_string()),
+    };
+    Event::Refused {
+        param,
+        message: e.to_string(),
     }
 }
 
