@@ -57,6 +57,9 @@ impl AppState {
 
 type St = State<Arc<AppState>>;
 
+/// A request body, or why axum could not read it (too large).
+type RawBody = Result<Bytes, axum::extract::rejection::BytesRejection>;
+
 /// The router with every endpoint, the body limit, the Host guard and auth.
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.cfg.body_limit;
@@ -126,17 +129,14 @@ async fn metrics(State(st): St) -> Response {
 }
 
 /// The body, or 413 when it is over the limit.
-fn body(b: Result<Bytes, axum::extract::rejection::BytesRejection>) -> Result<Bytes, ApiError> {
+fn body(b: RawBody) -> Result<Bytes, ApiError> {
     b.map_err(|e| {
         let status = e.status();
         ApiError::new(status, "invalid_request_error", e.body_text())
     })
 }
 
-async fn apply_template(
-    State(st): St,
-    b: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+async fn apply_template(State(st): St, b: RawBody) -> Result<Json<Value>, ApiError> {
     #[derive(serde::Deserialize)]
     struct Req {
         messages: Vec<Value>,
@@ -155,10 +155,7 @@ async fn apply_template(
     Ok(Json(json!({ "prompt": prompt })))
 }
 
-async fn tokenize(
-    State(st): St,
-    b: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+async fn tokenize(State(st): St, b: RawBody) -> Result<Json<Value>, ApiError> {
     #[derive(serde::Deserialize)]
     struct Req {
         content: String,
@@ -171,10 +168,7 @@ async fn tokenize(
     Ok(Json(json!({ "tokens": ids })))
 }
 
-async fn detokenize(
-    State(st): St,
-    b: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+async fn detokenize(State(st): St, b: RawBody) -> Result<Json<Value>, ApiError> {
     #[derive(serde::Deserialize)]
     struct Req {
         tokens: Vec<u32>,
@@ -200,10 +194,7 @@ pub fn tokenizer(engine: &Engine) -> Result<&coli_models::TextTokenizer, ApiErro
         .map_err(|e| ApiError::invalid(None, format!("the model has no tokenizer: {e}")))
 }
 
-async fn chat_completions(
-    State(st): St,
-    b: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Response {
+async fn chat_completions(State(st): St, b: RawBody) -> Response {
     let result = async {
         let r: ChatRequest = parse(&body(b)?)?;
         let sampling = r.common.check()?;
@@ -250,10 +241,7 @@ async fn chat_completions(
     }
 }
 
-async fn completions(
-    State(st): St,
-    b: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Response {
+async fn completions(State(st): St, b: RawBody) -> Response {
     let result = (|| {
         let r: CompletionRequest = parse(&body(b)?)?;
         let sampling = r.common.check()?;

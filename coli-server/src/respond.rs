@@ -169,7 +169,17 @@ struct Collector<'a> {
     cancel: Arc<AtomicBool>,
 }
 
-impl Collector<'_> {
+impl<'a> Collector<'a> {
+    fn new(engine: &'a Engine, plan: &Plan, cancel: Arc<AtomicBool>) -> Collector<'a> {
+        Collector {
+            engine,
+            stops: StopScanner::new(plan.sampling.stop.clone()),
+            logprobs: Vec::new(),
+            want_logprobs: plan.logprobs.is_some(),
+            cancel,
+        }
+    }
+
     /// The text a token adds (after stop-string holdback).
     fn push(&mut self, e: &TokenEvent) -> String {
         if self.want_logprobs {
@@ -263,13 +273,7 @@ async fn whole(
     started: Started,
     cancel: Arc<AtomicBool>,
 ) -> Response {
-    let mut c = Collector {
-        engine: &st.engine,
-        stops: StopScanner::new(plan.sampling.stop.clone()),
-        logprobs: Vec::new(),
-        want_logprobs: plan.logprobs.is_some(),
-        cancel,
-    };
+    let mut c = Collector::new(&st.engine, &plan, cancel);
     let mut text = String::new();
     let finished = loop {
         match rx.recv().await {
@@ -367,13 +371,7 @@ fn stream(
             };
             SseEvent::default().data(body.to_string())
         };
-        let mut c = Collector {
-            engine: &st.engine,
-            stops: StopScanner::new(plan.sampling.stop.clone()),
-            logprobs: Vec::new(),
-            want_logprobs: plan.logprobs.is_some(),
-            cancel,
-        };
+        let mut c = Collector::new(&st.engine, &plan, cancel);
         // Tool calls are parsed from the whole text: with tools, content is sent at the end.
         let buffer_all = plan.chat.as_ref().is_some_and(ChatPlan::parses_tools);
         let mut held = String::new();
