@@ -296,7 +296,6 @@ fn logprob_of(logits: &[f32], id: u32, n: usize) -> TokenLogprob {
 #[derive(Default)]
 pub struct Batch {
     scratch: Scratch,
-    logits: Vec<f32>,
     tokens: Vec<u32>,
     rows: Vec<usize>,
 }
@@ -439,21 +438,19 @@ impl Engine {
         let vocab = self.model().info.vocab_size;
         let t0 = Instant::now();
         {
-            let mut seqs: Vec<(&mut Session<'e>, u32)> = Vec::with_capacity(buffers.rows.len());
+            let mut sessions: Vec<&mut Session<'e>> = Vec::with_capacity(buffers.rows.len());
             let mut rows = buffers.rows.iter().peekable();
             for (i, (slot, _)) in batch.iter_mut().enumerate() {
-                if rows.peek() == Some(&&i) {
-                    rows.next();
-                    let tok = *slot.tokens.last().expect("pushed above");
-                    seqs.push((&mut slot.session, tok));
+                if rows.next_if_eq(&&i).is_some() {
+                    sessions.push(&mut slot.session);
                 }
             }
-            forward_batch(&mut buffers.scratch, &mut buffers.logits, &mut seqs)?;
+            forward_batch(&mut buffers.scratch, &buffers.tokens, &mut sessions)?;
         }
         let dt = t0.elapsed().as_secs_f64();
         for (r, &i) in buffers.rows.iter().enumerate() {
             let (slot, d) = &mut batch[i];
-            let logits = &buffers.logits[r * vocab..(r + 1) * vocab];
+            let logits = &buffers.scratch.logits[r * vocab..(r + 1) * vocab];
             let (pos, capacity) = (slot.session.len(), slot.capacity());
             d.stats.decode_tokens += 1;
             d.stats.decode_s += dt;
@@ -463,21 +460,19 @@ impl Engine {
     }
 }
 
-/// One decode token for each session, in one forward: row `r` is `seqs[r].1` at the
-/// session's next position. Leaves row `r`'s logits in `logits[r * vocab..]`.
+/// One decode token for each session, in one forward: row `r` is `tokens[r]` at
+/// `sessions[r]`'s next position. Leaves row `r`'s logits in `scratch.logits[r * vocab..]`.
 fn forward_batch(
     scratch: &mut Scratch,
-    logits: &mut Vec<f32>,
-    seqs: &mut [(&mut Session<'_>, u32)],
+    tokens: &[u32],
+    sessions: &mut [&mut Session<'_>],
 ) -> Result<()> {
-    let Some((first, _)) = seqs.first() else {
+    let Some(first) = sessions.first() else {
         return Ok(());
     };
     let model = first.model();
-    let vocab = model.info.vocab_size;
-    logits.resize(seqs.len() * vocab, 0.0);
-    for (s, t) in seqs.iter() {
-        s.check_tokens(&[*t])?;
+    for (s, &t) in sessions.iter().zip(tokens) {
+        s.check_tokens(&[t])?;
         if s.len() >= s.capacity() {
             return Err(ModelError::ContextFull {
                 needed: s.len() + 1,
@@ -485,15 +480,13 @@ fn forward_batch(
             });
         }
     }
-    let tokens: Vec<u32> = seqs.iter().map(|(_, t)| *t).collect();
-    let starts: Vec<usize> = seqs.iter().map(|(s, _)| s.len()).collect();
+    let starts: Vec<usize> = sessions.iter().map(|s| s.len()).collect();
     {
         let mut kvs: Vec<&mut crate::arch::KvCache> =
-            seqs.iter_mut().map(|(s, _)| s.kv_mut()).collect();
-        model.forward_rows(&tokens, &starts, &mut kvs, scratch)?;
+            sessions.iter_mut().map(|s| s.kv_mut()).collect();
+        model.forward_rows(tokens, &starts, &mut kvs, scratch)?;
     }
-    logits.copy_from_slice(&scratch.logits[..seqs.len() * vocab]);
-    for (s, _) in seqs.iter_mut() {
+    for s in sessions.iter_mut() {
         s.advance(1);
     }
     Ok(())
