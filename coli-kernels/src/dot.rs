@@ -219,13 +219,13 @@ pub fn bytemuck_f32(a: &[f32]) -> &[u8] {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use super::{reduce_lanes, tail, WFormat, LANES};
     use std::arch::x86_64::*;
 
     /// Prefetches the `lines` cache lines of `next` that belong to iteration `i / LANES`.
     #[inline(always)]
-    unsafe fn prefetch_next(next: &[u8], i: usize, lines: usize) {
+    pub(crate) unsafe fn prefetch_next(next: &[u8], i: usize, lines: usize) {
         let start = (i / LANES) * lines * 64;
         for l in 0..lines {
             let off = start + l * 64;

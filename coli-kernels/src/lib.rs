@@ -11,6 +11,7 @@ pub mod dequant;
 pub mod dot;
 pub mod matmul;
 pub mod norm;
+pub mod qdot;
 pub mod rope;
 pub mod routing;
 pub mod softmax;

@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use crate::cpu::{self, Isa};
 use crate::dot::{bytemuck_f32, dot_block, dot_rows, dot_rows_prefetch, WFormat};
+use crate::qdot;
 
 /// Scales of a block-quantized matrix: element `(r, c)` is its stored value times
 /// `scales[(r / block_rows) * col_blocks + c / block_cols]`, `col_blocks = ceil(cols /
@@ -113,8 +114,14 @@ impl<'a> MatRef<'a> {
 
     /// `row(r) · x` in the fixed reduction order (scaled formats: of the dequantized row).
     pub fn dot_row(&self, r: usize, x: &[f32]) -> f32 {
-        if self.scales.is_none() {
+        let Some(s) = self.scales else {
             return crate::dot::dot(self.fmt, self.row(r), x);
+        };
+        if qdot::fused_layout(self.fmt, s.block_cols, self.cols) {
+            let cb = self.cols.div_ceil(s.block_cols);
+            let scales = &s.scales[(r / s.block_rows) * cb..][..cb];
+            let (isa, row) = (cpu::best(), self.row(r));
+            return qdot::dot_rows_scaled(isa, self.fmt, [row], [scales], s.block_cols, x, &[])[0];
         }
         with_dequant_buf(self.cols, |row| {
             self.dequant_row(r, row);
@@ -150,8 +157,14 @@ fn rows_block(isa: Isa, m: &MatRef, xs: &[f32], n_tok: usize, r0: usize, r1: usi
     }
 }
 
-/// Scaled formats: four rows at a time dequantized to f32 (per-thread buffer), then the f32
-/// kernels; each output is the dequantized row's dot product in the fixed order.
+/// Tokens up to which a scaled matrix runs the fused kernels, token by token; from this
+/// many on, dequantizing four rows once and sharing them across the tokens costs less.
+const FUSED_MAX_TOKENS: usize = 2;
+
+/// Scaled formats. Few tokens (decode): the fused kernels of [`crate::qdot`], four rows at
+/// a time. Many tokens (prefill), or a block layout the fused loop cannot take: four rows
+/// at a time dequantized to f32 (per-thread buffer), then the f32 kernels. Either way each
+/// output is the dequantized row's dot product in the fixed order.
 fn rows_block_scaled(
     isa: Isa,
     m: &MatRef,
@@ -162,6 +175,45 @@ fn rows_block_scaled(
     out: OutPtr,
 ) {
     let k = m.cols;
+    let s = m.scales.expect("scaled matrix");
+    if n_tok <= FUSED_MAX_TOKENS && qdot::fused_layout(m.fmt, s.block_cols, k) {
+        let cb = k.div_ceil(s.block_cols);
+        let scales = |r: usize| &s.scales[(r / s.block_rows) * cb..][..cb];
+        let x = |t: usize| &xs[t * k..(t + 1) * k];
+        let put = |t: usize, r: usize, v: f32| {
+            // SAFETY: t < n_tok and r < m.rows, inside `out`; rows r0..r1 belong to this task.
+            unsafe { *out.0.add(t * m.rows + r) = v };
+        };
+        let w = m.fmt.row_bytes(k);
+        let mut r = r0;
+        while r + 4 <= r1 {
+            let rows = [m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)];
+            let sc = [scales(r), scales(r + 1), scales(r + 2), scales(r + 3)];
+            let next = &m.bytes[((r + 4) * w).min(r1 * w)..((r + 8) * w).min(r1 * w)];
+            for t in 0..n_tok {
+                let v = qdot::dot_rows_scaled(isa, m.fmt, rows, sc, s.block_cols, x(t), next);
+                for (j, &val) in v.iter().enumerate() {
+                    put(t, r + j, val);
+                }
+            }
+            r += 4;
+        }
+        for r in r..r1 {
+            for t in 0..n_tok {
+                let v = qdot::dot_rows_scaled(
+                    isa,
+                    m.fmt,
+                    [m.row(r)],
+                    [scales(r)],
+                    s.block_cols,
+                    x(t),
+                    &[],
+                );
+                put(t, r, v[0]);
+            }
+        }
+        return;
+    }
     with_dequant_buf(4 * k, |buf| {
         let mut r = r0;
         while r < r1 {

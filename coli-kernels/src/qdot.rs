@@ -1,0 +1,439 @@
+//! Fused dot products of block-scaled quantized rows (int8, int4, FP8 e4m3) with an f32
+//! activation vector: the stored values are loaded, widened to f32, multiplied by their
+//! block's scale and accumulated in registers, with no f32 staging buffer.
+//!
+//! The arithmetic is the definition of a scaled format's dot product (see
+//! [`crate::matmul::MatRef::dequant_row`]): element `i` is dequantized as
+//! `stored(i) * scale[i / block_cols]` (one f32 multiplication) and accumulated into lane
+//! `i % 16` with a fused multiply-add, lanes summed by the fixed halving tree
+//! ([`crate::dot::reduce_lanes`]). So a fused kernel gives the same bits as dequantizing
+//! the row and running the f32 kernel, on every instruction set (tested).
+//!
+//! The vector loops need each 16-element chunk to lie in one scale block:
+//! [`fused_layout`] says when a layout qualifies (a block width that is a multiple of 16,
+//! or one block spanning the whole row, as per-row scales do).
+
+use crate::cpu::Isa;
+use crate::dot::{reduce_lanes, WFormat, LANES};
+
+/// Whether the fused kernels cover rows of `cols` elements of `fmt` scaled in blocks of
+/// `block_cols` columns.
+pub fn fused_layout(fmt: WFormat, block_cols: usize, cols: usize) -> bool {
+    matches!(fmt, WFormat::I8 | WFormat::I4 | WFormat::F8E4M3)
+        && block_cols > 0
+        && (block_cols.is_multiple_of(LANES) || block_cols >= cols)
+}
+
+/// Accumulates elements `start..` (the part a vector loop left) into their lanes.
+#[inline(always)]
+fn tail_scaled(
+    fmt: WFormat,
+    row: &[u8],
+    scales: &[f32],
+    block_cols: usize,
+    x: &[f32],
+    start: usize,
+    acc: &mut [f32; LANES],
+) {
+    for (i, &xi) in x.iter().enumerate().skip(start) {
+        let w = fmt.load(row, i) * scales[i / block_cols];
+        acc[i % LANES] = w.mul_add(xi, acc[i % LANES]);
+    }
+}
+
+/// The reference: one scaled row, in the fixed order.
+pub fn dot_scaled_scalar(
+    fmt: WFormat,
+    row: &[u8],
+    scales: &[f32],
+    block_cols: usize,
+    x: &[f32],
+) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    tail_scaled(fmt, row, scales, block_cols, x, 0, &mut acc);
+    reduce_lanes(acc)
+}
+
+/// Dot products of `R` scaled rows with the same `x`: row `r` has the block scales
+/// `scales[r]` (one per `block_cols` columns). `next` is prefetched while computing (the
+/// bytes the caller reads after these rows; a hint that never changes a result).
+///
+/// # Panics
+/// If a row or its scales do not match `x`, the layout is not [`fused_layout`], or `isa`
+/// is not available on this CPU.
+#[inline]
+pub fn dot_rows_scaled<const R: usize>(
+    isa: Isa,
+    fmt: WFormat,
+    rows: [&[u8]; R],
+    scales: [&[f32]; R],
+    block_cols: usize,
+    x: &[f32],
+    next: &[u8],
+) -> [f32; R] {
+    assert!(
+        fused_layout(fmt, block_cols, x.len()),
+        "dot_rows_scaled: {fmt:?} in blocks of {block_cols} is not a fused layout"
+    );
+    for (r, s) in rows.iter().zip(&scales) {
+        assert_eq!(
+            r.len(),
+            fmt.row_bytes(x.len()),
+            "dot: row bytes do not match the activation length"
+        );
+        assert_eq!(
+            s.len(),
+            x.len().div_ceil(block_cols),
+            "dot: one scale per block"
+        );
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            assert!(crate::cpu::supports(Isa::Avx512));
+            // SAFETY: the CPU supports AVX-512F and the AVX2 set (checked above); lengths
+            // and the layout checked above.
+            unsafe { x86::dot_rows_scaled_avx512(fmt, rows, scales, block_cols, x, next) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            assert!(crate::cpu::supports(Isa::Avx2));
+            // SAFETY: the CPU supports AVX2+FMA (checked above); lengths and layout checked.
+            unsafe { x86::dot_rows_scaled_avx2(fmt, rows, scales, block_cols, x, next) }
+        }
+        _ => {
+            let mut out = [0.0; R];
+            for r in 0..R {
+                out[r] = dot_scaled_scalar(fmt, rows[r], scales[r], block_cols, x);
+            }
+            out
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{tail_scaled, LANES};
+    use crate::dot::{reduce_lanes, x86::prefetch_next, WFormat};
+    use std::arch::x86_64::*;
+
+    /// 2^120: an e4m3 byte's exponent and mantissa placed in an f32's top bits, times this,
+    /// is the e4m3 value (bias 7 vs 127; e4m3 subnormals land on exact f32 subnormals).
+    const E4M3_RESCALE: f32 = 1.329_228e36;
+
+    /// Sixteen nibbles (8 bytes, low nibble first) as sixteen bytes `nibble` (0..=15).
+    #[inline(always)]
+    unsafe fn nibbles16(p: *const u8) -> __m128i {
+        let w16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(p.cast()));
+        let lo = _mm_and_si128(w16, _mm_set1_epi16(0x0F));
+        let hi = _mm_slli_epi16(_mm_srli_epi16(w16, 4), 8);
+        _mm_or_si128(lo, hi)
+    }
+
+    /// The loop over a row's vector part, one broadcast scale per block.
+    macro_rules! scaled_loop {
+        ($bcast:expr, $scales:expr, $bc:expr, $next:expr, $lines:expr, $main:expr, $acc:expr, $body:expr) => {{
+            let mut i = 0;
+            while i < $main {
+                let blk = i / $bc;
+                let end = ((blk + 1) * $bc).min($main);
+                let sv = $scales.map(|s| $bcast(s[blk]));
+                while i < end {
+                    prefetch_next($next, i, $lines);
+                    $body(i, &sv, &mut $acc);
+                    i += LANES;
+                }
+            }
+        }};
+    }
+
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn dot_rows_scaled_avx512<const R: usize>(
+        fmt: WFormat,
+        rows: [&[u8]; R],
+        scales: [&[f32]; R],
+        bc: usize,
+        x: &[f32],
+        next: &[u8],
+    ) -> [f32; R] {
+        let lines = (R * fmt.row_bytes(LANES)).div_ceil(64);
+        let main = x.len() / LANES * LANES;
+        let mut acc = [_mm512_setzero_ps(); R];
+        let xp = x.as_ptr();
+        let bcast = |s: f32| _mm512_set1_ps(s);
+        match fmt {
+            WFormat::I8 => scaled_loop!(
+                bcast,
+                scales,
+                bc,
+                next,
+                lines,
+                main,
+                acc,
+                |i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
+                    let xv = _mm512_loadu_ps(xp.add(i));
+                    for r in 0..R {
+                        let q =
+                            _mm512_cvtepi8_epi32(_mm_loadu_si128(rows[r].as_ptr().add(i).cast()));
+                        let w = _mm512_mul_ps(_mm512_cvtepi32_ps(q), sv[r]);
+                        acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
+                    }
+                }
+            ),
+            WFormat::I4 => scaled_loop!(
+                bcast,
+                scales,
+                bc,
+                next,
+                lines,
+                main,
+                acc,
+                |i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
+                    let xv = _mm512_loadu_ps(xp.add(i));
+                    let eight = _mm512_set1_epi32(8);
+                    for r in 0..R {
+                        let n = _mm512_cvtepu8_epi32(nibbles16(rows[r].as_ptr().add(i / 2)));
+                        let q = _mm512_sub_epi32(n, eight);
+                        let w = _mm512_mul_ps(_mm512_cvtepi32_ps(q), sv[r]);
+                        acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
+                    }
+                }
+            ),
+            WFormat::F8E4M3 => scaled_loop!(
+                bcast,
+                scales,
+                bc,
+                next,
+                lines,
+                main,
+                acc,
+                |i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
+                    let xv = _mm512_loadu_ps(xp.add(i));
+                    for r in 0..R {
+                        let b =
+                            _mm512_cvtepu8_epi32(_mm_loadu_si128(rows[r].as_ptr().add(i).cast()));
+                        let w = _mm512_mul_ps(e4m3x16(b), sv[r]);
+                        acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
+                    }
+                }
+            ),
+            _ => unreachable!("fused_layout admits int8, int4 and FP8 only"),
+        }
+        let mut out = [0.0; R];
+        for r in 0..R {
+            let mut lanes = [0.0f32; LANES];
+            _mm512_storeu_ps(lanes.as_mut_ptr(), acc[r]);
+            tail_scaled(fmt, rows[r], scales[r], bc, x, main, &mut lanes);
+            out[r] = reduce_lanes(lanes);
+        }
+        out
+    }
+
+    /// Sixteen e4m3 bytes (one per i32 lane) as f32, exactly (NaN encodings as
+    /// [`crate::dequant::fp8_e4m3_to_f32`] gives them).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn e4m3x16(b: __m512i) -> __m512 {
+        let sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
+        let mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7F));
+        let bits = _mm512_or_si512(sign, _mm512_slli_epi32(mag, 20));
+        let v = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(E4M3_RESCALE));
+        let nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F));
+        let qnan = _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_set1_epi32(0x7FC0_0000)));
+        _mm512_mask_mov_ps(v, nan, qnan)
+    }
+
+    /// Eight e4m3 bytes (one per i32 lane) as f32, exactly.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn e4m3x8(b: __m256i) -> __m256 {
+        let sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+        let mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7F));
+        let bits = _mm256_or_si256(sign, _mm256_slli_epi32(mag, 20));
+        let v = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(E4M3_RESCALE));
+        let nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F)));
+        let qnan = _mm256_castsi256_ps(_mm256_or_si256(sign, _mm256_set1_epi32(0x7FC0_0000)));
+        _mm256_blendv_ps(v, qnan, nan)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_rows_scaled_avx2<const R: usize>(
+        fmt: WFormat,
+        rows: [&[u8]; R],
+        scales: [&[f32]; R],
+        bc: usize,
+        x: &[f32],
+        next: &[u8],
+    ) -> [f32; R] {
+        let lines = (R * fmt.row_bytes(LANES)).div_ceil(64);
+        let main = x.len() / LANES * LANES;
+        let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
+        let xp = x.as_ptr();
+        let bcast = |s: f32| _mm256_set1_ps(s);
+        // Each 16-element chunk: the two 8-lane halves of every row, as i32 lanes.
+        let fma2 = |acc: &mut (__m256, __m256), w: (__m256, __m256), s: __m256, i: usize| {
+            let x0 = _mm256_loadu_ps(xp.add(i));
+            let x1 = _mm256_loadu_ps(xp.add(i + 8));
+            acc.0 = _mm256_fmadd_ps(_mm256_mul_ps(w.0, s), x0, acc.0);
+            acc.1 = _mm256_fmadd_ps(_mm256_mul_ps(w.1, s), x1, acc.1);
+        };
+        match fmt {
+            WFormat::I8 => scaled_loop!(
+                bcast,
+                scales,
+                bc,
+                next,
+                lines,
+                main,
+                acc,
+                |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
+                    for r in 0..R {
+                        let p = rows[r].as_ptr().add(i);
+                        let q0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.cast()));
+                        let q1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(8).cast()));
+                        let w = (_mm256_cvtepi32_ps(q0), _mm256_cvtepi32_ps(q1));
+                        fma2(&mut acc[r], w, sv[r], i);
+                    }
+                }
+            ),
+            WFormat::I4 => scaled_loop!(
+                bcast,
+                scales,
+                bc,
+                next,
+                lines,
+                main,
+                acc,
+                |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
+                    let eight = _mm256_set1_epi32(8);
+                    for r in 0..R {
+                        let n = nibbles16(rows[r].as_ptr().add(i / 2));
+                        let q0 = _mm256_sub_epi32(_mm256_cvtepu8_epi32(n), eight);
+                        let q1 =
+                            _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(n, 8)), eight);
+                        let w = (_mm256_cvtepi32_ps(q0), _mm256_cvtepi32_ps(q1));
+                        fma2(&mut acc[r], w, sv[r], i);
+                    }
+                }
+            ),
+            WFormat::F8E4M3 => scaled_loop!(
+                bcast,
+                scales,
+                bc,
+                next,
+                lines,
+                main,
+                acc,
+                |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
+                    for r in 0..R {
+                        let p = rows[r].as_ptr().add(i);
+                        let b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast()));
+                        let b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(8).cast()));
+                        fma2(&mut acc[r], (e4m3x8(b0), e4m3x8(b1)), sv[r], i);
+                    }
+                }
+            ),
+            _ => unreachable!("fused_layout admits int8, int4 and FP8 only"),
+        }
+        let mut out = [0.0; R];
+        for r in 0..R {
+            let mut lanes = [0.0f32; LANES];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r].0);
+            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[r].1);
+            tail_scaled(fmt, rows[r], scales[r], bc, x, main, &mut lanes);
+            out[r] = reduce_lanes(lanes);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu;
+    use proptest::prelude::*;
+
+    /// Bits, with every NaN as one value: which NaN operand an FMA chain propagates (and so
+    /// its sign) depends on the instruction form the compiler picks, not on the order.
+    fn canon(v: f32) -> u32 {
+        if v.is_nan() {
+            0x7FC0_0000
+        } else {
+            v.to_bits()
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        /// Every ISA, format, length and fused block width, 1 or 4 rows: bit-identical to
+        /// the scalar reference and to the dequantized row's f32 dot product.
+        #[test]
+        fn fused_matches_dequantized_bit_for_bit(
+            n in 0usize..300,
+            blocks in 0usize..3,
+            seed in any::<u64>(),
+            fmt_i in 0usize..3,
+        ) {
+            let fmt = [WFormat::I8, WFormat::I4, WFormat::F8E4M3][fmt_i];
+            let bc = [16, 64, n.max(1)][blocks];
+            let mut s = seed | 1;
+            let mut next = move || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
+            let x: Vec<f32> = (0..n).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0).collect();
+            // Any byte, FP8's NaN encodings included.
+            let rows: Vec<Vec<u8>> = (0..4).map(|_| (0..fmt.row_bytes(n)).map(|_| (next() >> 32) as u8).collect()).collect();
+            let scales: Vec<Vec<f32>> = (0..4).map(|_| (0..n.div_ceil(bc)).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 * 0.02 + 1e-4).collect()).collect();
+            let want: Vec<u32> = (0..4).map(|r| {
+                let mut deq = vec![0.0f32; n];
+                for (c, d) in deq.iter_mut().enumerate() {
+                    *d = fmt.load(&rows[r], c) * scales[r][c / bc];
+                }
+                canon(crate::dot::dot_scalar(WFormat::F32, crate::dot::bytemuck_f32(&deq), &x))
+            }).collect();
+            for r in 0..4 {
+                prop_assert_eq!(canon(dot_scaled_scalar(fmt, &rows[r], &scales[r], bc, &x)), want[r]);
+            }
+            for isa in cpu::available() {
+                let got4 = dot_rows_scaled(isa, fmt, [&rows[0][..], &rows[1], &rows[2], &rows[3]], [&scales[0][..], &scales[1], &scales[2], &scales[3]], bc, &x, &rows[0]);
+                prop_assert_eq!(got4.map(canon).to_vec(), want.clone(), "{:?} {:?} x4", isa, fmt);
+                let got1 = dot_rows_scaled(isa, fmt, [&rows[3][..]], [&scales[3][..]], bc, &x, &[]);
+                prop_assert_eq!(canon(got1[0]), want[3], "{:?} {:?} x1", isa, fmt);
+            }
+        }
+    }
+
+    #[test]
+    fn every_e4m3_byte_converts_exactly_on_every_isa() {
+        // Each byte alone in a row of 16 (the vector part) with x = 1 and scale 1: the dot
+        // is the byte's value (NaN stays NaN).
+        for b in 0..=255u8 {
+            let mut row = [0u8; 16];
+            row[5] = b;
+            let x = [1.0f32; 16];
+            // The table's value (a -0 byte sums to +0: the lanes start at +0).
+            let want = coli_core::FP8_E4M3_TABLE[b as usize];
+            let reference = dot_scaled_scalar(WFormat::F8E4M3, &row, &[1.0], 16, &x);
+            assert!(
+                reference == want || (reference.is_nan() && want.is_nan()),
+                "{b:#x}"
+            );
+            for isa in cpu::available() {
+                let got =
+                    dot_rows_scaled(isa, WFormat::F8E4M3, [&row[..]], [&[1.0][..]], 16, &x, &[])[0];
+                assert!(
+                    got.to_bits() == reference.to_bits() || (got.is_nan() && want.is_nan()),
+                    "{b:#x} {isa:?}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn layouts_the_vector_loop_cannot_take_are_refused() {
+        assert!(fused_layout(WFormat::I8, 2048, 2048));
+        assert!(fused_layout(WFormat::I4, 64, 2048));
+        assert!(fused_layout(WFormat::F8E4M3, 128, 300));
+        assert!(!fused_layout(WFormat::F8E4M3, 24, 300));
+        assert!(!fused_layout(WFormat::BF16, 64, 128));
+        assert!(!fused_layout(WFormat::I8, 0, 128));
+    }
+}
