@@ -147,6 +147,61 @@ fn a_shard_truncated_mid_run_is_a_clear_error() {
     }
 }
 
+#[test]
+fn experts_are_served_in_place_only_when_all_are_cached_through_the_page_cache() {
+    let r = Reference::load("olmoe_gqa_clip");
+    let n = 8; // experts per layer in this fixture
+    let dir = r.dir.clone();
+    let in_place = |cache: CacheSize, direct: bool| {
+        let mut m = coli_models::load(&dir).unwrap();
+        let p = Placement {
+            cache,
+            direct,
+            prefetch: Prefetch::On,
+            pin_bytes: 0,
+        };
+        m.place_experts(&dir, &p).unwrap();
+        m.store.as_ref().unwrap().in_place()
+    };
+    assert!(in_place(CacheSize::Slots(n), false));
+    assert!(!in_place(CacheSize::Slots(n - 1), false));
+    assert!(!in_place(CacheSize::Slots(n), true));
+}
+
+#[test]
+fn an_in_place_expert_past_a_truncated_end_is_a_clear_error() {
+    // The shards are cut after the experts are placed (shards mapped at full length) and
+    // before any expert is touched: faulting an expert in fails cleanly, no SIGBUS.
+    let r = Reference::load("olmoe_gqa_clip");
+    let n = 8; // experts per layer in this fixture
+    let tmp = copy_fixture(&r);
+    let dir = tmp.path();
+    let mut m = coli_models::load(dir).unwrap();
+    let p = Placement {
+        cache: CacheSize::Slots(n),
+        direct: false,
+        prefetch: Prefetch::Off,
+        pin_bytes: 0,
+    };
+    m.place_experts(dir, &p).unwrap();
+    assert!(m.store.as_ref().unwrap().in_place());
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "safetensors") {
+            let bytes = std::fs::read(&path).unwrap();
+            let h = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+            let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            f.set_len((8 + h) as u64).unwrap();
+        }
+    }
+    let mut s = coli_models::Session::new(&m, 64);
+    let msg = s.forward(&r.ids()[..4], false).unwrap_err().to_string();
+    assert!(
+        msg.contains("in place from") && msg.contains("faulting its pages in"),
+        "{msg}"
+    );
+}
+
 /// The same matrix on synthetic models (random weights, more experts and layers than the
 /// fixtures), bf16 experts and int8 containers.
 #[test]

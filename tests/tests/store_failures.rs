@@ -45,14 +45,20 @@ fn within_20s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
 
 #[test]
 fn a_read_past_the_end_of_the_file_is_an_error_on_both_paths() {
-    for prefetch in Prefetch::ALL {
+    // Cap 1 copies experts into buffers; cap 2 holds both and serves them in place.
+    for (prefetch, cap) in Prefetch::ALL.into_iter().flat_map(|p| [(p, 1), (p, 2)]) {
         let t = tempfile::tempdir().unwrap();
         let file = t.path().join("shard.safetensors");
         std::fs::write(&file, vec![0u8; 4096]).unwrap();
         // Expert 0 is in the file; expert 1 lies past its end.
         let locs = vec![vec![location(&file, 0, 1024), location(&file, 8192, 1024)]];
         let msg = within_20s(move || {
-            let store = ExpertStore::new(&locs, &config(prefetch)).unwrap();
+            let cfg = StoreConfig {
+                cap,
+                ..config(prefetch)
+            };
+            let store = ExpertStore::new(&locs, &cfg).unwrap();
+            assert_eq!(store.in_place(), cap == 2);
             assert!(store.get(0, 0).is_ok());
             store.prefetch(0, &[1], false);
             match store.get(0, 1) {
@@ -63,7 +69,7 @@ fn a_read_past_the_end_of_the_file_is_an_error_on_both_paths() {
         assert!(
             msg.contains("expert store: reading expert 1 of layer 0")
                 && msg.contains("shard.safetensors"),
-            "{prefetch:?}: {msg:?}"
+            "{prefetch:?} cap {cap}: {msg:?}"
         );
     }
 }
@@ -76,9 +82,15 @@ fn a_failed_buffer_allocation_is_an_error_not_a_panic_in_the_io_thread() {
         std::fs::write(&file, vec![0u8; 4096]).unwrap();
         // An expert "matrix" of 2^46 bytes: its read buffer cannot be mapped.
         let huge = 1usize << 46;
-        let locs = vec![vec![location(&file, 0, huge)]];
+        // Two of them and room for one: the copying path (all cached would be in place).
+        let locs = vec![vec![location(&file, 0, huge), location(&file, 0, huge)]];
         let msg = within_20s(move || {
-            let store = ExpertStore::new(&locs, &config(prefetch)).unwrap();
+            let cfg = StoreConfig {
+                cap: 1,
+                ..config(prefetch)
+            };
+            let store = ExpertStore::new(&locs, &cfg).unwrap();
+            assert!(!store.in_place());
             store.prefetch(0, &[0], false);
             let first = store.get(0, 0).err().map(|e| e.to_string());
             // The store still answers afterwards (no poisoned lock, no dead thread).

@@ -91,12 +91,28 @@ impl BufPool {
     }
 }
 
-/// One expert's bytes in RAM; immutable once read. Returns its buffer to the pool when
-/// the last user lets go.
+/// One expert's bytes in RAM; immutable once read. Either a pooled buffer the expert was
+/// read into (returned to the pool when the last user lets go), or its shard's mapping,
+/// when the store serves every expert in place (see [`super::store`]).
 pub struct ExpertBuf {
     pub(crate) buf: Option<AlignedBuf>,
+    /// Each part's shard mapping, when served in place.
+    pub(crate) mapped: Option<[Arc<memmap2::Mmap>; 3]>,
     pub(crate) pool: Arc<BufPool>,
+    /// Where each part (gate, up, down) starts in the buffer, or in its shard's mapping.
     pub(crate) offsets: [usize; 3],
+}
+
+impl ExpertBuf {
+    /// Part `i` (0 gate, 1 up, 2 down), `len` bytes.
+    pub(crate) fn part(&self, i: usize, len: usize) -> &[u8] {
+        let bytes: &[u8] = match (&self.mapped, &self.buf) {
+            (Some(m), _) => &m[i],
+            (None, Some(b)) => b.as_slice(),
+            (None, None) => &[],
+        };
+        &bytes[self.offsets[i]..self.offsets[i] + len]
+    }
 }
 
 impl Drop for ExpertBuf {

@@ -124,6 +124,8 @@ impl ExpertLoc {
 /// What the I/O threads share with the compute thread.
 pub(crate) struct Shared {
     pub(crate) files: Vec<File>,
+    /// The shards' mappings, when every expert is served in place (no copy).
+    pub(crate) maps: Option<Vec<Arc<memmap2::Mmap>>>,
     pub(crate) paths: Vec<PathBuf>,
     pub(crate) direct: bool,
     /// Per decoder layer: its experts' locations (empty for dense layers).
@@ -165,6 +167,9 @@ impl Shared {
         expert: usize,
     ) -> std::result::Result<ExpertBuf, String> {
         let loc = &self.locs[layer][expert];
+        if let Some(maps) = &self.maps {
+            return self.map_in_place(maps, loc, layer, expert);
+        }
         let mut buf = self
             .pool
             .take()
@@ -205,10 +210,108 @@ impl Shared {
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(ExpertBuf {
             buf: Some(buf),
+            mapped: None,
             pool: self.pool.clone(),
             offsets,
         })
     }
+
+    /// An expert served from its shard's mapping: its pages are faulted in here (on the
+    /// I/O thread for a prefetch), so the kernels never wait on a page fault.
+    fn map_in_place(
+        &self,
+        maps: &[Arc<memmap2::Mmap>],
+        loc: &ExpertLoc,
+        layer: usize,
+        expert: usize,
+    ) -> std::result::Result<ExpertBuf, String> {
+        let t0 = Instant::now();
+        for p in &loc.parts {
+            let map = &maps[p.file];
+            let path = self.paths[p.file].display();
+            let end = p.offset as usize + p.len;
+            if end > map.len() {
+                return Err(format!(
+                    "reading expert {expert} of layer {layer} in place from {path}: it lies past the end of the file (truncated since it was opened?)"
+                ));
+            }
+            populate(map, p.offset as usize, end).map_err(|x| {
+                format!("reading expert {expert} of layer {layer} in place from {path}: faulting its pages in: {x}")
+            })?;
+        }
+        let bytes: usize = loc.parts.iter().map(|p| p.len).sum();
+        let c = &self.counters;
+        c.bytes_read.fetch_add(bytes as u64, Ordering::Relaxed);
+        c.read_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(ExpertBuf {
+            buf: None,
+            mapped: Some(loc.parts.clone().map(|p| maps[p.file].clone())),
+            pool: self.pool.clone(),
+            offsets: loc.parts.clone().map(|p| p.offset as usize),
+        })
+    }
+}
+
+/// Faults in the pages of `map[start..end]`: read-ahead of the range into the page cache
+/// (the mapping is otherwise advised random), then its page-table entries filled in one
+/// call (`MADV_POPULATE_READ`, Linux 5.14) or, on older kernels, by touching every page.
+fn populate(map: &memmap2::Mmap, start: usize, end: usize) -> io::Result<()> {
+    const PAGE: usize = 4096;
+    let a0 = start - start % PAGE;
+    let len = end - a0;
+    map.advise_range(memmap2::Advice::WillNeed, a0, len)?;
+    #[cfg(target_os = "linux")]
+    {
+        const MADV_POPULATE_READ: libc::c_int = 22;
+        // SAFETY: the range lies inside the mapping (checked by the caller); the advice
+        // only fills page tables, it changes no memory.
+        let r = unsafe {
+            libc::madvise(
+                map.as_ptr().add(a0) as *mut libc::c_void,
+                len,
+                MADV_POPULATE_READ,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINVAL) {
+            return Err(err);
+        }
+    }
+    let mut sum = 0u8;
+    for off in (a0..end).step_by(PAGE) {
+        // SAFETY: inside the mapping; a volatile read so the touch is not optimized away.
+        sum ^= unsafe { std::ptr::read_volatile(map.as_ptr().add(off)) };
+    }
+    std::hint::black_box(sum);
+    Ok(())
+}
+
+/// Maps every shard for in-place expert reads.
+pub(crate) fn map_shards(files: &[File], paths: &[PathBuf]) -> Result<Vec<Arc<memmap2::Mmap>>> {
+    files
+        .iter()
+        .zip(paths)
+        .map(|(f, p)| {
+            // SAFETY: the shards are opened read-only and coli never writes them; a file
+            // changed by another process under a live mapping is outside what any
+            // memory-mapped reader can guard against (see `in_place_allowed`).
+            let map = unsafe { memmap2::Mmap::map(f) }
+                .map_err(|e| ModelError::ExpertRead(format!("mapping {}: {e}", p.display())))?;
+            #[cfg(target_os = "linux")]
+            let _ = map.advise(memmap2::Advice::HugePage);
+            Ok(Arc::new(map))
+        })
+        .collect()
+}
+
+/// Whether experts may be served from the shard mappings when all of them are cached
+/// (`COLI_EXPERTS_IN_PLACE=0` turns it off: every expert is then copied into RAM).
+pub(crate) fn in_place_allowed() -> bool {
+    std::env::var_os("COLI_EXPERTS_IN_PLACE").is_none_or(|v| v != "0")
 }
 
 /// Opens a shard for `pread` (with `O_DIRECT` when asked).

@@ -6,6 +6,15 @@
 //! are never evicted. Nothing on this path goes through the file mapping, so the page
 //! cache holds no expert on our behalf and RSS stays within the budget.
 //!
+//! In place: when the cache holds every expert of every layer and reads go through the
+//! page cache (no `--direct`), copying each expert into a buffer of its own only costs time
+//! (zeroing fresh pages, then copying them) and doubles the memory. The store then serves
+//! experts from the shards' mappings: "reading" one faults its pages in (on an I/O thread
+//! for a prefetch), and the kernels read the mapping. Same bytes, same tokens. The cost is
+//! the mapped reader's usual one: a shard truncated by another process while coli runs
+//! kills it with SIGBUS when a truncated page is touched, where the copying path reports
+//! an error. `COLI_EXPERTS_IN_PLACE=0` (or `--direct`) keeps the copying path.
+//!
 //! Prefetch: while layer L computes, the caller may name experts layer L+1 will probably
 //! need; a bounded pool of I/O threads reads them into the cache. A prefetched expert is
 //! waited for, never used half-read. A failed read or allocation on an I/O thread reaches
@@ -33,7 +42,7 @@ pub use super::io::{ExpertLocation, MatrixLocation};
 
 use super::buffers::{BufPool, ExpertBuf};
 use super::config::Counters;
-use super::io::{open, ExpertLoc, Shared};
+use super::io::{in_place_allowed, map_shards, open, ExpertLoc, Shared};
 use super::policy::{Admission, LayerCache, Use};
 use crate::error::{ModelError, Result};
 
@@ -50,8 +59,7 @@ impl ExpertHandle<'_> {
     /// Matrix `i` (0 gate, 1 up, 2 down).
     pub fn mat(&self, i: usize) -> MatRef<'_> {
         let p = &self.loc.parts[i];
-        let bytes = &self.buf.buf.as_ref().expect("expert buffer").as_slice()
-            [self.buf.offsets[i]..self.buf.offsets[i] + p.len];
+        let bytes = self.buf.part(i, p.len);
         let m = MatRef::new(p.fmt, bytes, p.rows, p.cols);
         match &p.scales {
             None => m,
@@ -152,8 +160,15 @@ impl ExpertStore {
             .iter()
             .map(|p| open(p, cfg.direct))
             .collect::<Result<Vec<File>>>()?;
+        let most = locs.iter().map(Vec::len).max().unwrap_or(0);
+        let maps = if !cfg.direct && cfg.cap >= most && in_place_allowed() {
+            Some(map_shards(&files, &paths)?)
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             files,
+            maps,
             paths,
             direct: cfg.direct,
             pool: Arc::new(BufPool {
@@ -207,6 +222,11 @@ impl ExpertStore {
         self.caches[layer]
             .lock()
             .map_err(|_| ModelError::ExpertRead(format!("the cache of layer {layer} was poisoned")))
+    }
+
+    /// Whether experts are served from the shards' mappings (see the module docs).
+    pub fn in_place(&self) -> bool {
+        self.shared.maps.is_some()
     }
 
     /// Loads an expert now and keeps it for good.
