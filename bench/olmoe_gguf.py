@@ -1,8 +1,9 @@
 """A synthetic OLMoE (`cargo xtask synth DIR olmoe int8`) as a GGUF for llama.cpp, without
 torch: bf16 tensors stay bf16, norms and the router f32, and the int8 experts
 (per-row scales) are dequantized and stored as Q8_0 (llama.cpp's nearest format: the
-weights agree to Q8_0's rounding, not bit for bit). The tokenizer comes from a GGUF of the
-demo model, padded with unused tokens to the synthetic vocabulary.
+weights agree to Q8_0's rounding, not bit for bit). A `coli convert --experts int4`
+container (int4, a scale per 64 columns) becomes Q4_0, llama.cpp's nearest. The tokenizer
+comes from a GGUF of the demo model, padded with unused tokens to the synthetic vocabulary.
 
     python bench/olmoe_gguf.py SYNTH_DIR DEMO_GGUF OUT.gguf
 """
@@ -43,14 +44,28 @@ def tensor(name):
         return np.frombuffer(raw, np.float32).reshape(shape)
     if e["dtype"] == "I8":
         return np.frombuffer(raw, np.int8).reshape(shape)
+    if e["dtype"] == "U8":  # coli int4: q + 8 in nibbles, even column in the low nibble
+        b = np.frombuffer(raw, np.uint8).reshape(shape)
+        q = np.empty((shape[0], shape[1] * 2), np.int8)
+        q[:, 0::2] = (b & 15).astype(np.int8) - 8
+        q[:, 1::2] = (b >> 4).astype(np.int8) - 8
+        return q
     raise SystemExit(f"{name}: dtype {e['dtype']}")
 
 
 def weight(name):
     w = tensor(name)
     if w.dtype == np.int8:
-        return w.astype(np.float32) * tensor(name + "_scale").reshape(-1, 1)
+        s = tensor(name + "_scale")
+        s = s.reshape(w.shape[0], -1)
+        group = w.shape[1] // s.shape[1]
+        return w.astype(np.float32) * np.repeat(s, group, axis=1)
     return w
+
+
+_probe = next(n for n in index if n.endswith("experts.0.gate_proj.weight"))
+INT4 = header(index[_probe])[1][_probe]["dtype"] == "U8"
+EXPERT_Q = Q.Q4_0 if INT4 else Q.Q8_0
 
 
 h, n_layers, n_exp, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_experts"], cfg["vocab_size"]
@@ -83,7 +98,7 @@ w.add_rope_freq_base(cfg["rope_theta"])
 w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
 w.add_expert_count(n_exp)
 w.add_expert_used_count(cfg["num_experts_per_tok"])
-w.add_file_type(7)  # MOSTLY_Q8_0
+w.add_file_type(2 if INT4 else 7)  # MOSTLY_Q4_0 / MOSTLY_Q8_0
 
 
 def put(name, data, qtype):
@@ -108,7 +123,7 @@ for l in range(n_layers):
     put(f"blk.{l}.ffn_gate_inp.weight", weight(f"{p}.mlp.gate.weight"), Q.F32)
     for hf, gg in [("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")]:
         stacked = np.stack([weight(f"{p}.mlp.experts.{e}.{hf}.weight") for e in range(n_exp)])
-        put(f"blk.{l}.{gg}.weight", stacked, Q.Q8_0)
+        put(f"blk.{l}.{gg}.weight", stacked, EXPERT_Q)
     print(f"layer {l + 1}/{n_layers}", file=sys.stderr)
 w.write_header_to_file()
 w.write_kv_data_to_file()

@@ -117,10 +117,6 @@ mod x86 {
     use crate::dot::{reduce_lanes, x86::prefetch_next, WFormat};
     use std::arch::x86_64::*;
 
-    /// 2^120: an e4m3 byte's exponent and mantissa placed in an f32's top bits, times this,
-    /// is the e4m3 value (bias 7 vs 127; e4m3 subnormals land on exact f32 subnormals).
-    const E4M3_RESCALE: f32 = 1.329_228e36;
-
     /// Sixteen nibbles (8 bytes, low nibble first) as sixteen bytes `nibble` (0..=15).
     #[inline(always)]
     unsafe fn nibbles16(p: *const u8) -> __m128i {
@@ -131,13 +127,36 @@ mod x86 {
     }
 
     /// The loop over a row's vector part, one broadcast scale per block.
+    /// `$pair`, when given, takes 32 elements at once (the same lanes, in the same order, as
+    /// two calls of `$body`).
     macro_rules! scaled_loop {
         ($bcast:expr, $scales:expr, $bc:expr, $next:expr, $lines:expr, $main:expr, $acc:expr, $body:expr) => {{
+            scaled_loop!(
+                $bcast,
+                $scales,
+                $bc,
+                $next,
+                $lines,
+                $main,
+                $acc,
+                $body,
+                None::<fn(usize, &_, &mut _)>
+            )
+        }};
+        ($bcast:expr, $scales:expr, $bc:expr, $next:expr, $lines:expr, $main:expr, $acc:expr, $body:expr, $pair:expr) => {{
             let mut i = 0;
             while i < $main {
                 let blk = i / $bc;
                 let end = ((blk + 1) * $bc).min($main);
                 let sv = $scales.map(|s| $bcast(s[blk]));
+                if let Some(pair) = $pair {
+                    while i + 2 * LANES <= end {
+                        prefetch_next($next, i, $lines);
+                        prefetch_next($next, i + LANES, $lines);
+                        pair(i, &sv, &mut $acc);
+                        i += 2 * LANES;
+                    }
+                }
                 while i < end {
                     prefetch_next($next, i, $lines);
                     $body(i, &sv, &mut $acc);
@@ -145,6 +164,21 @@ mod x86 {
                 }
             }
         }};
+    }
+
+    /// Thirty-two nibbles (16 bytes, low nibble first) as two vectors of sixteen signed
+    /// bytes `nibble - 8`, in element order.
+    #[inline(always)]
+    unsafe fn nibbles32(p: *const u8) -> (__m128i, __m128i) {
+        let b = _mm_loadu_si128(p.cast());
+        let m = _mm_set1_epi8(0x0F);
+        let lo = _mm_and_si128(b, m);
+        let hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+        let eight = _mm_set1_epi8(8);
+        (
+            _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), eight),
+            _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), eight),
+        )
     }
 
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
@@ -197,7 +231,18 @@ mod x86 {
                         let w = _mm512_mul_ps(_mm512_cvtepi32_ps(q), sv[r]);
                         acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
                     }
-                }
+                },
+                Some(|i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
+                    let x0 = _mm512_loadu_ps(xp.add(i));
+                    let x1 = _mm512_loadu_ps(xp.add(i + LANES));
+                    for r in 0..R {
+                        let (q0, q1) = nibbles32(rows[r].as_ptr().add(i / 2));
+                        let w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), sv[r]);
+                        let w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), sv[r]);
+                        acc[r] = _mm512_fmadd_ps(w0, x0, acc[r]);
+                        acc[r] = _mm512_fmadd_ps(w1, x1, acc[r]);
+                    }
+                })
             ),
             WFormat::F8E4M3 => scaled_loop!(
                 bcast,
@@ -210,9 +255,7 @@ mod x86 {
                 |i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
                     let xv = _mm512_loadu_ps(xp.add(i));
                     for r in 0..R {
-                        let b =
-                            _mm512_cvtepu8_epi32(_mm_loadu_si128(rows[r].as_ptr().add(i).cast()));
-                        let w = _mm512_mul_ps(e4m3x16(b), sv[r]);
+                        let w = _mm512_mul_ps(e4m3x16(rows[r].as_ptr().add(i)), sv[r]);
                         acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
                     }
                 }
@@ -229,31 +272,44 @@ mod x86 {
         out
     }
 
-    /// Sixteen e4m3 bytes (one per i32 lane) as f32, exactly (NaN encodings as
+    /// Sixteen e4m3 bytes as half-precision bit patterns of the same value divided by 2^8:
+    /// the e4m3 exponent and mantissa shifted into an f16's (bias 15 against 7), so e4m3
+    /// subnormals become f16 subnormals, which the hardware conversion to f32 turns into
+    /// normal f32s (no denormal operand ever reaches the multiplier). NaN encodings become
+    /// the f16 quiet NaN with their sign, which converts to f32's (as
     /// [`crate::dequant::fp8_e4m3_to_f32`] gives them).
-    #[inline]
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    unsafe fn e4m3x16(b: __m512i) -> __m512 {
-        let sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
-        let mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7F));
-        let bits = _mm512_or_si512(sign, _mm512_slli_epi32(mag, 20));
-        let v = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(E4M3_RESCALE));
-        let nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F));
-        let qnan = _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_set1_epi32(0x7FC0_0000)));
-        _mm512_mask_mov_ps(v, nan, qnan)
+    #[inline(always)]
+    unsafe fn e4m3_as_f16x16(b: __m128i) -> __m256i {
+        let w = _mm256_cvtepu8_epi16(b);
+        let sign = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8);
+        let mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
+        let bits = _mm256_or_si256(sign, _mm256_slli_epi16(mag, 7));
+        let nan = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F));
+        let qnan = _mm256_or_si256(sign, _mm256_set1_epi16(0x7E00));
+        _mm256_blendv_epi8(bits, qnan, nan)
     }
 
-    /// Eight e4m3 bytes (one per i32 lane) as f32, exactly.
+    /// 2^8: the f16 route's exponent correction (exact on the normal f32s it multiplies).
+    const F16_RESCALE: f32 = 256.0;
+
+    /// Sixteen e4m3 bytes as f32, exactly.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn e4m3x16(p: *const u8) -> __m512 {
+        let h = e4m3_as_f16x16(_mm_loadu_si128(p.cast()));
+        _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(F16_RESCALE))
+    }
+
+    /// Sixteen e4m3 bytes as two halves of eight f32s, exactly.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn e4m3x8(b: __m256i) -> __m256 {
-        let sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
-        let mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7F));
-        let bits = _mm256_or_si256(sign, _mm256_slli_epi32(mag, 20));
-        let v = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(E4M3_RESCALE));
-        let nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F)));
-        let qnan = _mm256_castsi256_ps(_mm256_or_si256(sign, _mm256_set1_epi32(0x7FC0_0000)));
-        _mm256_blendv_ps(v, qnan, nan)
+    unsafe fn e4m3x8x2(p: *const u8) -> (__m256, __m256) {
+        let h = e4m3_as_f16x16(_mm_loadu_si128(p.cast()));
+        let k = _mm256_set1_ps(F16_RESCALE);
+        (
+            _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k),
+            _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k),
+        )
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -314,7 +370,20 @@ mod x86 {
                         let w = (_mm256_cvtepi32_ps(q0), _mm256_cvtepi32_ps(q1));
                         fma2(&mut acc[r], w, sv[r], i);
                     }
-                }
+                },
+                Some(
+                    |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
+                        for r in 0..R {
+                            let (q0, q1) = nibbles32(rows[r].as_ptr().add(i / 2));
+                            for (j, q) in [(0, q0), (LANES, q1)] {
+                                let a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+                                let b =
+                                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)));
+                                fma2(&mut acc[r], (a, b), sv[r], i + j);
+                            }
+                        }
+                    }
+                )
             ),
             WFormat::F8E4M3 => scaled_loop!(
                 bcast,
@@ -326,10 +395,7 @@ mod x86 {
                 acc,
                 |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
                     for r in 0..R {
-                        let p = rows[r].as_ptr().add(i);
-                        let b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast()));
-                        let b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(8).cast()));
-                        fma2(&mut acc[r], (e4m3x8(b0), e4m3x8(b1)), sv[r], i);
+                        fma2(&mut acc[r], e4m3x8x2(rows[r].as_ptr().add(i)), sv[r], i);
                     }
                 }
             ),
