@@ -152,6 +152,47 @@ impl RawConfig {
         })
     }
 
+    /// [`RawConfig::deserialize`], first renaming keys a family's configuration class
+    /// accepts under another name: each `(alias, key)` pair is one entry of its
+    /// `attribute_map` in `transformers` (a config saved by one version may spell `key` as
+    /// `alias`). An alias is copied to `key` when `key` is absent; both present with
+    /// different values is an error naming the two. An alias `outer.inner` names a key
+    /// inside an object (transformers 5 moves `partial_rotary_factor` into
+    /// `rope_parameters`).
+    pub fn deserialize_aliased<T: DeserializeOwned>(&self, aliases: &[(&str, &str)]) -> Result<T> {
+        let mut value = self.value.clone();
+        let obj = value
+            .as_object_mut()
+            .expect("RawConfig holds an object (checked at parse)");
+        for &(alias, key) in aliases {
+            let found = match alias.split_once('.') {
+                Some((outer, inner)) => obj.get(outer).and_then(|o| o.get(inner)),
+                None => obj.get(alias),
+            };
+            let Some(a) = found.filter(|v| !v.is_null()).cloned() else {
+                continue;
+            };
+            match obj.get(key).filter(|v| !v.is_null()) {
+                None => {
+                    obj.insert(key.to_string(), a);
+                }
+                Some(k) if *k == a => {}
+                Some(k) => {
+                    return Err(self.error(
+                        key,
+                        format!(
+                        "{k} disagrees with \"{alias}\" ({a}), another name for the same setting"
+                    ),
+                    ))
+                }
+            }
+        }
+        serde_json::from_value(value).map_err(|e| CoreError::Config {
+            path: self.path.clone(),
+            msg: format!("does not match the family's config: {e}"),
+        })
+    }
+
     /// The FP8 block size `[rows, cols]` from `quantization_config` (DeepSeek-style
     /// `quant_method: "fp8"`, `fmt: "e4m3"`, `weight_block_size`); `None` without one.
     /// Any other quantization method is refused by name.
@@ -328,6 +369,42 @@ mod tests {
 
     fn cfg(text: &str) -> RawConfig {
         RawConfig::parse(Path::new("config.json"), text).unwrap()
+    }
+
+    #[test]
+    fn aliases_fill_missing_keys_and_conflicts_are_errors() {
+        #[derive(serde::Deserialize)]
+        struct C {
+            num_experts: usize,
+        }
+        let aliases = [("num_local_experts", "num_experts")];
+        let c: C = cfg(r#"{"num_local_experts": 8}"#)
+            .deserialize_aliased(&aliases)
+            .unwrap();
+        assert_eq!(c.num_experts, 8);
+        let c: C = cfg(r#"{"num_experts": 4}"#)
+            .deserialize_aliased(&aliases)
+            .unwrap();
+        assert_eq!(c.num_experts, 4);
+        let c: C = cfg(r#"{"num_experts": 4, "num_local_experts": 4}"#)
+            .deserialize_aliased(&aliases)
+            .unwrap();
+        assert_eq!(c.num_experts, 4);
+        let e = cfg(r#"{"num_experts": 4, "num_local_experts": 8}"#)
+            .deserialize_aliased::<C>(&aliases)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("num_experts") && e.contains("num_local_experts"),
+            "{e}"
+        );
+        assert!(cfg("{}").deserialize_aliased::<C>(&aliases).is_err());
+        let nested = [("rope_parameters.num_local_experts", "num_experts")];
+        let c: C = cfg(r#"{"rope_parameters": {"num_local_experts": 6}}"#)
+            .deserialize_aliased(&nested)
+            .unwrap();
+        assert_eq!(c.num_experts, 6);
     }
 
     #[test]

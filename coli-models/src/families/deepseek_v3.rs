@@ -48,6 +48,11 @@ pub struct DeepseekV3Config {
     pub moe_layer_freq: Option<usize>,
 }
 
+/// `DeepseekV3Config.attribute_map` in `transformers` 5.24: `(alias, key)`. Its other entry,
+/// `num_mtp_layers` for `num_nextn_predict_layers`, names a key coli does not read (MTP
+/// layers are the ones past `num_hidden_layers`).
+pub const CONFIG_ALIASES: &[(&str, &str)] = &[("num_local_experts", "n_routed_experts")];
+
 /// `DeepseekV3Config`'s defaults in `transformers`.
 const DEFAULTS: Defaults = Defaults {
     rms_norm_eps: 1e-6,
@@ -69,7 +74,7 @@ impl Family for DeepseekV3 {
         Capability::Dense,
     ];
     fn kv_layout(dir: &ModelDir) -> Result<KvLayout> {
-        let cfg: DeepseekV3Config = dir.config.deserialize()?;
+        let cfg: DeepseekV3Config = dir.config.deserialize_aliased(CONFIG_ALIASES)?;
         let dims = cfg.mla.dims(cfg.common.num_attention_heads);
         dims.validate(dir)?;
         let shape = KvShape::mla(dims.kv_lora_rank, dims.rope);
@@ -77,7 +82,7 @@ impl Family for DeepseekV3 {
     }
 
     fn load(dir: &ModelDir) -> Result<Transformer> {
-        let cfg: DeepseekV3Config = dir.config.deserialize()?;
+        let cfg: DeepseekV3Config = dir.config.deserialize_aliased(CONFIG_ALIASES)?;
         let c = &dir.config;
         for (key, value, want) in [
             ("scoring_func", &cfg.scoring_func, "sigmoid"),

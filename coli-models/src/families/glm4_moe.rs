@@ -44,6 +44,17 @@ fn half() -> f64 {
     0.5
 }
 
+/// `Glm4MoeConfig.attribute_map` in `transformers` 5.24: `(alias, key)` (its
+/// `num_mtp_layers` entry names a key coli does not read); and `partial_rotary_factor`,
+/// which transformers 5 writes inside `rope_parameters`.
+pub const CONFIG_ALIASES: &[(&str, &str)] = &[
+    ("num_local_experts", "n_routed_experts"),
+    (
+        "rope_parameters.partial_rotary_factor",
+        "partial_rotary_factor",
+    ),
+];
+
 /// `Glm4MoeConfig`'s defaults in `transformers`.
 const DEFAULTS: Defaults = Defaults {
     rms_norm_eps: 1e-5,
@@ -66,7 +77,7 @@ impl Family for Glm4Moe {
         Capability::Dense,
     ];
     fn load(dir: &ModelDir) -> Result<Transformer> {
-        let cfg: Glm4MoeConfig = dir.config.deserialize()?;
+        let cfg: Glm4MoeConfig = dir.config.deserialize_aliased(CONFIG_ALIASES)?;
         let sk = Skeleton::gqa(dir, Glm4Moe::DISPLAY_NAME, &cfg.common, DEFAULTS)?;
         let (info, h) = (sk.info.clone(), cfg.common.hidden_size);
         let hd = info.head_dim;

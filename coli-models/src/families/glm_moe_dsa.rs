@@ -56,6 +56,9 @@ pub struct GlmMoeDsaConfig {
     pub index_skip_topk_offset: Option<usize>,
 }
 
+/// `GlmMoeDsaConfig.attribute_map` in `transformers` 5.24: `(alias, key)`.
+pub const CONFIG_ALIASES: &[(&str, &str)] = &[("num_local_experts", "n_routed_experts")];
+
 /// `GlmMoeDsaConfig`'s defaults in `transformers`.
 const DEFAULTS: Defaults = Defaults {
     rms_norm_eps: 1e-5,
@@ -78,7 +81,7 @@ impl Family for GlmMoeDsa {
         Capability::Dense,
     ];
     fn kv_layout(dir: &ModelDir) -> Result<KvLayout> {
-        let cfg: GlmMoeDsaConfig = dir.config.deserialize()?;
+        let cfg: GlmMoeDsaConfig = dir.config.deserialize_aliased(CONFIG_ALIASES)?;
         let dims = cfg.mla.dims(cfg.common.num_attention_heads);
         dims.validate(dir)?;
         let n = cfg.common.num_hidden_layers;
@@ -95,7 +98,7 @@ impl Family for GlmMoeDsa {
     }
 
     fn load(dir: &ModelDir) -> Result<Transformer> {
-        let cfg: GlmMoeDsaConfig = dir.config.deserialize()?;
+        let cfg: GlmMoeDsaConfig = dir.config.deserialize_aliased(CONFIG_ALIASES)?;
         let c = &dir.config;
         let n_layers = cfg.common.num_hidden_layers;
         let q_lora_rank = cfg.mla.q_lora_rank.ok_or_else(|| {

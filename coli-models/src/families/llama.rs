@@ -27,6 +27,9 @@ pub struct LlamaConfig {
     pub mlp_bias: bool,
 }
 
+/// `LlamaConfig.attribute_map` in `transformers` 5.24 (empty).
+pub const CONFIG_ALIASES: &[(&str, &str)] = &[];
+
 /// `LlamaConfig`'s defaults in `transformers`.
 const DEFAULTS: Defaults = Defaults {
     rms_norm_eps: 1e-6,
@@ -47,7 +50,7 @@ impl Family for Llama {
     ];
     /// Loads a Llama checkpoint.
     fn load(dir: &ModelDir) -> Result<Transformer> {
-        let cfg: LlamaConfig = dir.config.deserialize()?;
+        let cfg: LlamaConfig = dir.config.deserialize_aliased(CONFIG_ALIASES)?;
         let sk = Skeleton::gqa(dir, Llama::DISPLAY_NAME, &cfg.common, DEFAULTS)?;
         let (info, h) = (sk.info.clone(), cfg.common.hidden_size);
         let bias = cfg.attention_bias;

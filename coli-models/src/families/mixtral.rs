@@ -30,6 +30,9 @@ pub struct MixtralConfig {
     pub sliding_window: Option<usize>,
 }
 
+/// `MixtralConfig.attribute_map` in `transformers` 5.24: `(alias, key)`.
+pub const CONFIG_ALIASES: &[(&str, &str)] = &[("num_experts", "num_local_experts")];
+
 /// `MixtralConfig`'s defaults in `transformers`.
 const DEFAULTS: Defaults = Defaults {
     rms_norm_eps: 1e-5,
@@ -45,7 +48,7 @@ impl Family for Mixtral {
     const DISPLAY_NAME: &'static str = "Mixtral";
     const CAPABILITIES: &'static [Capability] = &[Capability::Moe, Capability::Gqa];
     fn load(dir: &ModelDir) -> Result<Transformer> {
-        let cfg: MixtralConfig = dir.config.deserialize()?;
+        let cfg: MixtralConfig = dir.config.deserialize_aliased(CONFIG_ALIASES)?;
         if let Some(w) = cfg.sliding_window {
             return Err(dir
                 .config

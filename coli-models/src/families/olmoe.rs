@@ -45,6 +45,9 @@ fn default_topk() -> usize {
     8
 }
 
+/// `OlmoeConfig.attribute_map` in `transformers` 5.24: `(alias, key)`.
+pub const CONFIG_ALIASES: &[(&str, &str)] = &[("num_local_experts", "num_experts")];
+
 /// `OlmoeConfig`'s defaults in `transformers`.
 const DEFAULTS: Defaults = Defaults {
     rms_norm_eps: 1e-5,
@@ -62,7 +65,7 @@ impl Family for Olmoe {
         &[Capability::Moe, Capability::Gqa, Capability::QkNorm];
     /// Loads an OLMoE checkpoint.
     fn load(dir: &ModelDir) -> Result<Transformer> {
-        let cfg: OlmoeConfig = dir.config.deserialize()?;
+        let cfg: OlmoeConfig = dir.config.deserialize_aliased(CONFIG_ALIASES)?;
         check_top_k(dir, "num_experts", cfg.num_experts, cfg.num_experts_per_tok)?;
         let sk = Skeleton::gqa(dir, Olmoe::DISPLAY_NAME, &cfg.common, DEFAULTS)?;
         let (info, h) = (sk.info.clone(), cfg.common.hidden_size);

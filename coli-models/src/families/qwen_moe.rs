@@ -52,6 +52,13 @@ pub struct QwenMoeConfig {
     pub use_sliding_window: bool,
 }
 
+/// `Qwen2MoeConfig.attribute_map` in `transformers` 5.24 (empty).
+pub const QWEN2_CONFIG_ALIASES: &[(&str, &str)] = &[];
+
+/// `Qwen3MoeConfig.attribute_map` in `transformers` 5.24: `(alias, key)`. From 5.1 on,
+/// `save_pretrained` writes `num_local_experts` where the hub's configs say `num_experts`.
+pub const QWEN3_CONFIG_ALIASES: &[(&str, &str)] = &[("num_local_experts", "num_experts")];
+
 /// `Qwen2MoeConfig` / `Qwen3MoeConfig` defaults in `transformers`.
 const DEFAULTS: Defaults = Defaults {
     rms_norm_eps: 1e-6,
@@ -100,7 +107,11 @@ enum Variant {
 }
 
 fn load_variant(dir: &ModelDir, variant: Variant) -> Result<Transformer> {
-    let cfg: QwenMoeConfig = dir.config.deserialize()?;
+    let aliases = match variant {
+        Variant::Qwen2 => QWEN2_CONFIG_ALIASES,
+        Variant::Qwen3 => QWEN3_CONFIG_ALIASES,
+    };
+    let cfg: QwenMoeConfig = dir.config.deserialize_aliased(aliases)?;
     let c = &dir.config;
     if cfg.use_sliding_window {
         return Err(c

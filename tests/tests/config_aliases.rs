@@ -1,0 +1,112 @@
+//! Configs as `transformers` 5 saves them: each family's `attribute_map` alias (and
+//! `partial_rotary_factor` inside `rope_parameters`) loads the fixture to the same logits,
+//! bit for bit, as the hub spelling; both spellings disagreeing is a named error.
+
+use coli_tests::Reference;
+use serde_json::{Map, Value};
+
+/// A copy of the fixture with its config rewritten by `edit`.
+fn with_config(r: &Reference, edit: impl FnOnce(&mut Map<String, Value>)) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&r.dir).unwrap() {
+        let e = e.unwrap();
+        if !e.file_name().to_string_lossy().starts_with('.') {
+            std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+        }
+    }
+    let path = tmp.path().join("config.json");
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(cfg.as_object_mut().unwrap());
+    std::fs::write(&path, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    tmp
+}
+
+fn logits(dir: &std::path::Path, ids: &[u32]) -> Result<Vec<u32>, String> {
+    let m = coli_models::load(dir).map_err(|e| e.to_string())?;
+    let mut s = coli_models::Session::new(&m, 64);
+    let out = s.forward(ids, true).map_err(|e| e.to_string())?;
+    Ok(out.iter().map(|v| v.to_bits()).collect())
+}
+
+/// Renames `key` to `alias` and checks the logits are unchanged; then puts `key` back
+/// with a different value beside the alias and checks the load names both.
+fn check_alias(fixture: &str, alias: &str, key: &str) {
+    let r = Reference::load(fixture);
+    let ids = &r.ids()[..6];
+    let want = logits(&r.dir, ids).unwrap();
+    let renamed = with_config(&r, |c| {
+        let v = c
+            .remove(key)
+            .unwrap_or_else(|| panic!("{fixture}: no {key}"));
+        c.insert(alias.into(), v);
+    });
+    let got = logits(renamed.path(), ids).unwrap_or_else(|e| panic!("{fixture} {alias}: {e}"));
+    assert_eq!(got, want, "{fixture}: {alias} for {key}");
+    let clash = with_config(&r, |c| {
+        let v = c[key].as_u64().unwrap();
+        c.insert(alias.into(), Value::from(v + 1));
+    });
+    let err = logits(clash.path(), ids).unwrap_err();
+    assert!(err.contains(key) && err.contains(alias), "{fixture}: {err}");
+}
+
+#[test]
+fn qwen3_moe_num_local_experts() {
+    check_alias("qwen3_moe_headdim", "num_local_experts", "num_experts");
+}
+
+#[test]
+fn mixtral_num_experts() {
+    check_alias("mixtral_gqa", "num_experts", "num_local_experts");
+}
+
+#[test]
+fn olmoe_num_local_experts() {
+    check_alias("olmoe_gqa_clip", "num_local_experts", "num_experts");
+}
+
+#[test]
+fn deepseek_v3_num_local_experts() {
+    check_alias(
+        "deepseek_v3_no_q_lora",
+        "num_local_experts",
+        "n_routed_experts",
+    );
+}
+
+#[test]
+fn glm4_moe_num_local_experts() {
+    check_alias(
+        "glm4_moe_partial_qknorm",
+        "num_local_experts",
+        "n_routed_experts",
+    );
+}
+
+#[test]
+fn glm_moe_dsa_num_local_experts() {
+    check_alias("glm5_dsa_full", "num_local_experts", "n_routed_experts");
+}
+
+#[test]
+fn glm4_moe_rope_parameters_as_transformers_5_writes_them() {
+    // transformers 5: no top-level rope_theta / rope_scaling / partial_rotary_factor; one
+    // rope_parameters object holds them all. A factor other than the default (0.5), so that
+    // losing it would change the logits.
+    let r = Reference::load("glm4_moe_partial_qknorm");
+    let ids = &r.ids()[..6];
+    let default = logits(&r.dir, ids).unwrap();
+    let v4 = with_config(&r, |c| {
+        c.insert("partial_rotary_factor".into(), Value::from(0.25));
+    });
+    let want = logits(v4.path(), ids).unwrap();
+    assert_ne!(want, default, "the factor must matter on this fixture");
+    let v5 = with_config(&r, |c| {
+        let theta = c.remove("rope_theta").unwrap();
+        assert!(c.remove("rope_scaling").is_none_or(|v| v.is_null()));
+        c.remove("partial_rotary_factor");
+        let rope = serde_json::json!({"rope_type": "default", "rope_theta": theta, "partial_rotary_factor": 0.25});
+        c.insert("rope_parameters".into(), rope);
+    });
+    assert_eq!(logits(v5.path(), ids).unwrap(), want);
+}
