@@ -24,6 +24,16 @@ pub fn fused_layout(fmt: WFormat, block_cols: usize, cols: usize) -> bool {
         && (block_cols.is_multiple_of(LANES) || block_cols >= cols)
 }
 
+/// Whether the vector FP8 loops may fold their 2^8 exponent correction into these
+/// scales: `v * (s * 2^8)` rounds like `(v * 2^8) * s` exactly when `s * 2^8` is exact,
+/// i.e. does not overflow a finite `s` (infinite and NaN scales stay what they are). Rows
+/// with a scale beyond 2^120 take the scalar path.
+fn fold_fp8_rescale(scales: &[f32]) -> bool {
+    scales
+        .iter()
+        .all(|&s| !s.is_finite() || (s * 256.0).is_finite())
+}
+
 /// Accumulates elements `start..` (the part a vector loop left) into their lanes.
 #[inline(always)]
 fn tail_scaled(
@@ -87,6 +97,11 @@ pub fn dot_rows_scaled<const R: usize>(
             "dot: one scale per block"
         );
     }
+    let isa = if fmt == WFormat::F8E4M3 && !scales.iter().all(|s| fold_fp8_rescale(s)) {
+        Isa::Scalar
+    } else {
+        isa
+    };
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => {
@@ -245,7 +260,7 @@ mod x86 {
                 })
             ),
             WFormat::F8E4M3 => scaled_loop!(
-                bcast,
+                |s: f32| _mm512_set1_ps(s * F16_RESCALE),
                 scales,
                 bc,
                 next,
@@ -275,40 +290,40 @@ mod x86 {
     /// Sixteen e4m3 bytes as half-precision bit patterns of the same value divided by 2^8:
     /// the e4m3 exponent and mantissa shifted into an f16's (bias 15 against 7), so e4m3
     /// subnormals become f16 subnormals, which the hardware conversion to f32 turns into
-    /// normal f32s (no denormal operand ever reaches the multiplier). NaN encodings become
-    /// the f16 quiet NaN with their sign, which converts to f32's (as
-    /// [`crate::dequant::fp8_e4m3_to_f32`] gives them).
+    /// normal f32s (no denormal operand ever reaches the multiplier). The byte is
+    /// sign-extended, so one shift places the sign too (the copy it leaves in the
+    /// exponent's top bit is cleared). NaN encodings become an f16 NaN with their sign.
     #[inline(always)]
     unsafe fn e4m3_as_f16x16(b: __m128i) -> __m256i {
-        let w = _mm256_cvtepu8_epi16(b);
-        let sign = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8);
-        let mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
-        let bits = _mm256_or_si256(sign, _mm256_slli_epi16(mag, 7));
-        let nan = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F));
-        let qnan = _mm256_or_si256(sign, _mm256_set1_epi16(0x7E00));
-        _mm256_blendv_epi8(bits, qnan, nan)
+        let sx = _mm256_cvtepi8_epi16(b);
+        let bits = _mm256_and_si256(
+            _mm256_slli_epi16(sx, 7),
+            _mm256_set1_epi16(0xBFFFu16 as i16),
+        );
+        let mag = _mm256_and_si256(bits, _mm256_set1_epi16(0x7FFF));
+        let nan = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x3F80));
+        _mm256_blendv_epi8(bits, _mm256_or_si256(bits, _mm256_set1_epi16(0x7E00)), nan)
     }
 
-    /// 2^8: the f16 route's exponent correction (exact on the normal f32s it multiplies).
-    const F16_RESCALE: f32 = 256.0;
+    /// 2^8: the f16 route's exponent correction, folded into each block's scale (see
+    /// [`super::fold_fp8_rescale`]).
+    pub(super) const F16_RESCALE: f32 = 256.0;
 
-    /// Sixteen e4m3 bytes as f32, exactly.
+    /// Sixteen e4m3 bytes as f32, divided by 2^8 (exact).
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     unsafe fn e4m3x16(p: *const u8) -> __m512 {
-        let h = e4m3_as_f16x16(_mm_loadu_si128(p.cast()));
-        _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(F16_RESCALE))
+        _mm512_cvtph_ps(e4m3_as_f16x16(_mm_loadu_si128(p.cast())))
     }
 
-    /// Sixteen e4m3 bytes as two halves of eight f32s, exactly.
+    /// Sixteen e4m3 bytes as two halves of eight f32s, divided by 2^8 (exact).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn e4m3x8x2(p: *const u8) -> (__m256, __m256) {
         let h = e4m3_as_f16x16(_mm_loadu_si128(p.cast()));
-        let k = _mm256_set1_ps(F16_RESCALE);
         (
-            _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k),
-            _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k),
+            _mm256_cvtph_ps(_mm256_castsi256_si128(h)),
+            _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)),
         )
     }
 
@@ -386,7 +401,7 @@ mod x86 {
                 )
             ),
             WFormat::F8E4M3 => scaled_loop!(
-                bcast,
+                |s: f32| _mm256_set1_ps(s * F16_RESCALE),
                 scales,
                 bc,
                 next,
@@ -490,6 +505,22 @@ mod tests {
                     "{b:#x} {isa:?}: {got} vs {want}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn fp8_scales_too_large_to_fold_give_the_reference_bits() {
+        // A scale whose 2^8 multiple overflows: the vector loops cannot fold it and must
+        // still give the reference's bits (here a finite product for small weights).
+        let n = 64;
+        let row: Vec<u8> = (0..n).map(|i| (i % 8) as u8).collect(); // e4m3 subnormals
+        let x: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.01).collect();
+        let scales = [f32::MAX / 2.0];
+        let want = dot_scaled_scalar(WFormat::F8E4M3, &row, &scales, n, &x);
+        assert!(want.is_finite());
+        for isa in cpu::available() {
+            let got = dot_rows_scaled(isa, WFormat::F8E4M3, [&row[..]], [&scales[..]], n, &x, &[]);
+            assert_eq!(got[0].to_bits(), want.to_bits(), "{isa:?}");
         }
     }
 
