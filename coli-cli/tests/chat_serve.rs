@@ -70,6 +70,66 @@ fn chat_answers_keeps_history_and_saves_the_conversation() {
 }
 
 #[test]
+fn ctrl_c_stops_the_answer_and_the_chat_goes_on() {
+    let model = chat_model();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_coli"))
+        .args(["chat", "--no-usage", "--max-tokens", "3000", "--model"])
+        .arg(model.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"Tell me a long story\n").unwrap();
+    stdin.flush().unwrap();
+    // Read the answer as it streams; interrupt once it has started.
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.len() < 16 && Instant::now() < deadline {
+        if let Ok(b) = rx.recv_timeout(Duration::from_millis(100)) {
+            seen.extend(b);
+        }
+    }
+    assert!(seen.len() >= 16, "no answer streamed");
+    // SAFETY: plain kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    // The chat is still there: a second question is answered, then /quit leaves with 0.
+    stdin.write_all(b"Now a short one\n/quit\n").unwrap();
+    drop(stdin);
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    while let Ok(b) = rx.try_recv() {
+        seen.extend(b);
+    }
+    let out = String::from_utf8_lossy(&seen);
+    assert!(status.success(), "{stderr}");
+    assert!(out.contains("[stopped]"), "{out}");
+    let stats = stderr
+        .lines()
+        .filter(|l| l.starts_with("[") && l.contains("tok/s"))
+        .count();
+    assert_eq!(stats, 2, "both answers end with their stats line: {stderr}");
+}
+
+#[test]
 fn chat_refuses_a_model_without_a_template() {
     let model = chat_model();
     std::fs::remove_file(model.path().join("tokenizer_config.json")).unwrap();
