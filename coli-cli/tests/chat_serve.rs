@@ -12,18 +12,29 @@ fn chat_model() -> tempfile::TempDir {
     dir
 }
 
-#[test]
-fn chat_answers_keeps_history_and_saves_the_conversation() {
-    let model = chat_model();
-    let saved = model.path().join("conversation.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_coli"))
-        .args(["chat", "--no-usage", "--max-tokens", "6", "--model"])
-        .arg(model.path())
+/// `coli chat` on `model` with every stream piped.
+fn spawn_chat(model: &std::path::Path, max_tokens: usize) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_coli"))
+        .args([
+            "chat",
+            "--no-usage",
+            "--max-tokens",
+            &max_tokens.to_string(),
+            "--model",
+        ])
+        .arg(model)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn chat_answers_keeps_history_and_saves_the_conversation() {
+    let model = chat_model();
+    let saved = model.path().join("conversation.json");
+    let mut child = spawn_chat(model.path(), 6);
     let script = format!(
         "Hello there\n/stats\nSecond question \\\ncontinued\n/system Be brief.\nThird\n/save {}\n/quit\n",
         saved.display()
@@ -72,14 +83,7 @@ fn chat_answers_keeps_history_and_saves_the_conversation() {
 #[test]
 fn ctrl_c_stops_the_answer_and_the_chat_goes_on() {
     let model = chat_model();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_coli"))
-        .args(["chat", "--no-usage", "--max-tokens", "3000", "--model"])
-        .arg(model.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_chat(model.path(), 3000);
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"Tell me a long story\n").unwrap();
     stdin.flush().unwrap();
