@@ -94,6 +94,8 @@ struct Parser<'a> {
     defined: Vec<Option<(Expr, (usize, usize))>>,
     current: Option<String>,
     depth: usize,
+    /// Position of the first character of each line.
+    line_starts: Vec<usize>,
     _src: &'a str,
 }
 
@@ -105,17 +107,12 @@ fn is_name_char(c: char) -> bool {
 }
 
 impl<'a> Parser<'a> {
+    /// Line and column (1-based, in characters) of position `pos`: a binary search over
+    /// the line starts, so positions of many rules cost no rescans of the text.
     fn at(&self, pos: usize) -> (usize, usize) {
-        let (mut line, mut col) = (1, 1);
-        for &c in &self.chars[..pos.min(self.chars.len())] {
-            if c == '\n' {
-                line += 1;
-                col = 1;
-            } else {
-                col += 1;
-            }
-        }
-        (line, col)
+        let pos = pos.min(self.chars.len());
+        let line = self.line_starts.partition_point(|&s| s <= pos);
+        (line, pos - self.line_starts[line - 1] + 1)
     }
 
     fn err(&self, pos: usize, msg: impl Into<String>) -> GrammarError {
@@ -469,8 +466,19 @@ fn left_refs(e: &Expr, rules: &[bool], out: &mut Vec<usize>) {
 
 /// Parses and validates a GBNF grammar.
 pub fn parse(src: &str) -> Result<Grammar, GrammarError> {
+    let chars: Vec<char> = src.chars().collect();
+    let line_starts = std::iter::once(0)
+        .chain(
+            chars
+                .iter()
+                .enumerate()
+                .filter(|(_, &c)| c == '\n')
+                .map(|(i, _)| i + 1),
+        )
+        .collect();
     let mut p = Parser {
-        chars: src.chars().collect(),
+        chars,
+        line_starts,
         pos: 0,
         names: HashMap::new(),
         order: Vec::new(),
@@ -529,17 +537,32 @@ pub fn parse(src: &str) -> Result<Grammar, GrammarError> {
     })?];
     // Nullable rules (fixpoint), then cycles through left edges: a rule that can reach
     // itself without consuming a character would never terminate in a top-down matcher.
-    let mut null = vec![false; rules.len()];
-    loop {
-        let mut changed = false;
-        for (i, r) in rules.iter().enumerate() {
-            if !null[i] && nullable(&r.expr, &null) {
-                null[i] = true;
-                changed = true;
-            }
+    // A worklist: a rule is checked again only when a rule it refers to became nullable,
+    // so a long chain of rules costs linear time, not a pass per link.
+    fn refs(e: &Expr, out: &mut Vec<usize>) {
+        match e {
+            Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|x| refs(x, out)),
+            Expr::Ref(i) => out.push(*i),
+            Expr::Repeat { expr, .. } => refs(expr, out),
+            Expr::Literal(_) | Expr::Class { .. } | Expr::Any => {}
         }
-        if !changed {
-            break;
+    }
+    let mut users: Vec<Vec<usize>> = vec![Vec::new(); rules.len()];
+    for (i, r) in rules.iter().enumerate() {
+        let mut v = Vec::new();
+        refs(&r.expr, &mut v);
+        v.sort_unstable();
+        v.dedup();
+        for j in v {
+            users[j].push(i);
+        }
+    }
+    let mut null = vec![false; rules.len()];
+    let mut todo: Vec<usize> = (0..rules.len()).rev().collect();
+    while let Some(i) = todo.pop() {
+        if !null[i] && nullable(&rules[i].expr, &null) {
+            null[i] = true;
+            todo.extend(&users[i]);
         }
     }
     let edges: Vec<Vec<usize>> = rules
@@ -550,22 +573,32 @@ pub fn parse(src: &str) -> Result<Grammar, GrammarError> {
             v
         })
         .collect();
-    // 0 unvisited, 1 on the stack, 2 done.
+    // 0 unvisited, 1 on the stack, 2 done. Depth-first with an explicit stack: a chain
+    // of many rules must not recurse on the thread's stack.
     let mut state = vec![0u8; rules.len()];
-    fn visit(i: usize, edges: &[Vec<usize>], state: &mut [u8]) -> Option<usize> {
-        state[i] = 1;
-        for &j in &edges[i] {
-            match state[j] {
-                1 => return Some(j),
-                0 => {
-                    if let Some(c) = visit(j, edges, state) {
-                        return Some(c);
+    fn visit(start: usize, edges: &[Vec<usize>], state: &mut [u8]) -> Option<usize> {
+        let mut stack = vec![(start, 0usize)];
+        state[start] = 1;
+        while let Some((i, k)) = stack.last_mut() {
+            let i = *i;
+            match edges[i].get(*k) {
+                Some(&j) => {
+                    *k += 1;
+                    match state[j] {
+                        1 => return Some(j),
+                        0 => {
+                            state[j] = 1;
+                            stack.push((j, 0));
+                        }
+                        _ => {}
                     }
                 }
-                _ => {}
+                None => {
+                    state[i] = 2;
+                    stack.pop();
+                }
             }
         }
-        state[i] = 2;
         None
     }
     for i in 0..rules.len() {

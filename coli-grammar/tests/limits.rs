@@ -152,3 +152,26 @@ fn deep_patterns_and_grammars_are_errors() {
     let grammar = format!("root ::= {}\"a\"{}", "(".repeat(50_000), ")".repeat(50_000));
     assert!(on_small_stack(move || parse(&grammar).is_err()));
 }
+
+/// A grammar of a long chain of rules, each starting with the next: the left-recursion
+/// check walks the chain without recursing on the stack, and the whole chain is parsed in
+/// linear time (positions and nullability were once rescanned per rule).
+#[test]
+fn long_rule_chains_parse_on_a_small_stack() {
+    let n = 100_000;
+    let mut g = String::from("root ::= r0\n");
+    for i in 0..n {
+        g.push_str(&format!("r{i} ::= r{} \"b\" | \"a\"\n", i + 1));
+    }
+    g.push_str(&format!("r{n} ::= \"a\"?\n"));
+    let parsed = on_small_stack(move || parse(&g).map(|g| g.rules.len()));
+    assert_eq!(parsed.unwrap(), n + 2);
+    // The same chain closed into a loop is left recursion, found and named.
+    let mut g = String::from("root ::= r0\n");
+    for i in 0..n {
+        g.push_str(&format!("r{i} ::= r{} \"b\" | \"a\"\n", i + 1));
+    }
+    g.push_str(&format!("r{n} ::= r0 | \"a\"\n"));
+    let err = on_small_stack(move || parse(&g).err()).expect("left recursion");
+    assert!(err.msg.contains("left recursion"), "{err}");
+}

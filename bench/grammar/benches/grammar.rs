@@ -13,11 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use coli_grammar::{compile_schema, Compiled, Grammar, TokenTrie};
+use coli_grammar_bench::{demo_vocab, grown, llg_factory, llg_matcher};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use llguidance::api::TopLevelGrammar;
-use llguidance::{Matcher as LlgMatcher, ParserFactory};
 use serde_json::Value;
-use toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
 
 struct Case {
     name: String,
@@ -37,61 +35,6 @@ fn corpus() -> Vec<Case> {
             schema: c.schema,
         })
         .collect()
-}
-
-/// The demo vocabulary's bytes, and (eos id).
-fn demo_vocab() -> (Vec<Vec<u8>>, u32) {
-    let dir = coli_models::demo::ensure_demo_model(|_, _| {}).expect("demo model");
-    let tok = coli_models::TextTokenizer::load(&dir).unwrap();
-    (tok.token_bytes(), tok.eos_id().unwrap())
-}
-
-/// The demo vocabulary grown to `n` tokens with concatenations of pairs of its tokens
-/// (deterministic), as BPE merges would add.
-fn grown(base: &[Vec<u8>], n: usize) -> Vec<Vec<u8>> {
-    let mut out = base.to_vec();
-    let mut seen: std::collections::HashSet<Vec<u8>> = base.iter().cloned().collect();
-    let words: Vec<&Vec<u8>> = base.iter().filter(|b| !b.is_empty()).collect();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    while out.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let a = words[(x % words.len() as u64) as usize];
-        let b = words[((x >> 32) % words.len() as u64) as usize];
-        let mut w = a.clone();
-        w.extend_from_slice(b);
-        if w.len() <= 16 && seen.insert(w.clone()) {
-            out.push(w);
-        }
-    }
-    out
-}
-
-fn llg_factory(bytes: &[Vec<u8>], eos: u32) -> Arc<ParserFactory> {
-    let words: Vec<Vec<u8>> = bytes
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            if b.is_empty() {
-                format!("\u{FF}<special_{i}>").into_bytes()
-            } else {
-                b.clone()
-            }
-        })
-        .collect();
-    let trie = TokTrie::from(&TokRxInfo::new(words.len() as u32, eos), &words);
-    let env = Arc::new(ApproximateTokEnv::new(trie));
-    let mut f = ParserFactory::new_simple(&(env as toktrie::TokEnv)).unwrap();
-    f.quiet();
-    Arc::new(f)
-}
-
-fn llg_matcher(f: &ParserFactory, schema: &Value) -> Option<LlgMatcher> {
-    let p = f
-        .create_parser(TopLevelGrammar::from_json_schema(schema.clone()))
-        .ok()?;
-    Some(LlgMatcher::new(Ok(p)))
 }
 
 fn benches(c: &mut Criterion) {

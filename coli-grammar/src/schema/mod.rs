@@ -165,6 +165,8 @@ pub(crate) struct Conv<'a> {
     root: &'a Value,
     rules: Vec<(String, String)>,
     taken: HashSet<String>,
+    /// Next `-vN` suffix to try per name base.
+    suffix: HashMap<String, usize>,
     refs: HashMap<String, String>,
     /// Canonical text of a merged schema → its rule (so a recursion through `allOf` ends).
     merged: HashMap<String, String>,
@@ -189,6 +191,7 @@ impl<'a> Conv<'a> {
             root,
             rules: Vec::new(),
             taken: HashSet::new(),
+            suffix: HashMap::new(),
             refs: HashMap::new(),
             merged: HashMap::new(),
             prims: Vec::new(),
@@ -232,12 +235,18 @@ impl<'a> Conv<'a> {
         } else {
             format!("r-{}", base.trim_end_matches('-'))
         };
-        let mut name = base.clone();
-        let mut n = 1;
+        // The next free suffix per base, so many rules of one hint cost no rescans.
+        let n = self.suffix.entry(base.clone()).or_insert(1);
+        let mut name = if *n == 1 {
+            base.clone()
+        } else {
+            format!("{base}-v{n}")
+        };
         while self.taken.contains(&name) {
-            n += 1;
+            *n += 1;
             name = format!("{base}-v{n}");
         }
+        *n += 1;
         self.taken.insert(name.clone());
         name
     }

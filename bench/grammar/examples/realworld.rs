@@ -1,0 +1,127 @@
+//! coli-grammar and llguidance on one real-world corpus file (JSON lines of
+//! `{name, schema, valid, invalid}`, as `realworld/build_corpus.py` writes them), through
+//! each library's public API as a user would call it:
+//!
+//! - compile: coli `compile_schema` (+ `Compiled::new`), llguidance
+//!   `TopLevelGrammar::from_json_schema` + `create_parser`; both timed;
+//! - instances: each instance's compact JSON; coli `Matcher::matches`, llguidance the
+//!   instance's tokens (greedy over the demo vocabulary) consumed and then accepting;
+//! - masks (schemas both compile, valid instances): a fresh grammar (cold) per instance,
+//!   a mask before every token, timed.
+//!
+//! One JSON line per schema on stdout, flushed, so a crash names its schema; `compare.py`
+//! runs this and sums the lines. Usage: `realworld CORPUS.jsonl [--skip N]`.
+
+use std::io::{BufRead, Write};
+use std::time::Instant;
+
+use coli_grammar::{compile_schema, Compiled, Matcher, TokenMask, TokenTrie};
+use coli_grammar_bench::{demo_vocab, llg_factory, llg_matcher};
+use serde_json::{json, Value};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let path = args
+        .get(1)
+        .expect("usage: realworld CORPUS.jsonl [--skip N]");
+    let skip: usize = args
+        .iter()
+        .position(|a| a == "--skip")
+        .map(|i| args[i + 1].parse().expect("--skip N"))
+        .unwrap_or(0);
+    let (vocab, eos) = demo_vocab();
+    let trie = TokenTrie::new(&vocab);
+    let factory = llg_factory(&vocab, eos);
+    let file = std::io::BufReader::new(std::fs::File::open(path).expect("corpus file"));
+    let mut out = std::io::stdout().lock();
+    let mut mask = TokenMask::default();
+    for (i, line) in file.lines().enumerate().skip(skip) {
+        let row: Value = serde_json::from_str(&line.unwrap()).expect("corpus line");
+        let schema = &row["schema"];
+        let texts = |k: &str| -> Vec<String> {
+            row[k]
+                .as_array()
+                .map(|a| a.iter().map(|v| v.to_string()).collect())
+                .unwrap_or_default()
+        };
+        let (valid, invalid) = (texts("valid"), texts("invalid"));
+        // coli
+        let t0 = Instant::now();
+        let coli = compile_schema(&schema.to_string()).map(|g| (Compiled::new(&g), g));
+        let coli_us = t0.elapsed().as_secs_f64() * 1e6;
+        let coli_err = coli.as_ref().err().map(|e| e.to_string());
+        let coli_warnings = coli.as_ref().map(|(c, _)| c.warnings().len()).unwrap_or(0);
+        // llguidance
+        let t0 = Instant::now();
+        let llg = llg_matcher(&factory, schema);
+        let llg_us = t0.elapsed().as_secs_f64() * 1e6;
+        let coli_accepts = |ts: &[String]| -> Vec<bool> {
+            match &coli {
+                Ok((c, _)) => ts.iter().map(|t| Matcher::matches(c, t)).collect(),
+                Err(_) => vec![],
+            }
+        };
+        let llg_accepts = |ts: &[String]| -> Vec<bool> {
+            if llg.is_none() {
+                return vec![];
+            }
+            ts.iter()
+                .map(|t| {
+                    let Some(mut m) = llg_matcher(&factory, schema) else {
+                        return false;
+                    };
+                    let seq = trie.greedy_tokens(t.as_bytes());
+                    matches!(m.try_consume_tokens(&seq), Ok(n) if n == seq.len())
+                        && m.is_accepting().unwrap_or(false)
+                })
+                .collect()
+        };
+        let (cv, ci) = (coli_accepts(&valid), coli_accepts(&invalid));
+        let (lv, li) = (llg_accepts(&valid), llg_accepts(&invalid));
+        // masks, cold, on the valid instances both accept
+        let (mut coli_mask, mut llg_mask) = (Vec::new(), Vec::new());
+        if let (Ok((_, g)), Some(_)) = (&coli, &llg) {
+            for (k, t) in valid.iter().enumerate() {
+                if !(cv[k] && lv[k]) {
+                    continue;
+                }
+                let seq = trie.greedy_tokens(t.as_bytes());
+                let c = Compiled::new(g);
+                let mut m = c.matcher();
+                for &tok in &seq {
+                    let t0 = Instant::now();
+                    trie.mask(&m, &mut mask);
+                    coli_mask.push(t0.elapsed().as_secs_f64() * 1e6);
+                    m.accept_bytes(&vocab[tok as usize]);
+                }
+                let mut l = llg_matcher(&factory, schema).expect("compiled before");
+                for &tok in &seq {
+                    let t0 = Instant::now();
+                    let ok = l.compute_mask().map(|mk| mk.is_allowed(tok));
+                    llg_mask.push(t0.elapsed().as_secs_f64() * 1e6);
+                    if !matches!(ok, Ok(true)) || l.consume_token(tok).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let r = json!({
+            "i": i,
+            "name": row["name"],
+            "coli_ok": coli.is_ok(),
+            "coli_err": coli_err,
+            "coli_warnings": coli_warnings,
+            "coli_us": coli_us,
+            "llg_ok": llg.is_some(),
+            "llg_us": llg_us,
+            "coli_valid": cv,
+            "coli_invalid": ci,
+            "llg_valid": lv,
+            "llg_invalid": li,
+            "coli_mask_us": coli_mask,
+            "llg_mask_us": llg_mask,
+        });
+        writeln!(out, "{r}").unwrap();
+        out.flush().unwrap();
+    }
+}
