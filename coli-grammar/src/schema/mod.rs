@@ -9,11 +9,13 @@
 //! without relaxations is exact on its own.
 //!
 //! Spelling: any JSON the schema allows (members in any order, any whitespace, numbers of
-//! any length, `\u` escapes and surrogate pairs in plain strings, integers written `2.0`),
-//! except that keys of additional properties and strings constrained by `pattern`/`format`
-//! use each character's plain JSON spelling, numbers with bounds have no exponent, integers
-//! have no exponent, and `enum`/`const` values are spelled as `serde_json` prints them
-//! (members and items may be spaced). A schema without `additionalProperties` allows
+//! any length, `\u` escapes and surrogate pairs in plain strings, integers written `2.0`
+//! or with an exponent when the value is integral, `1.5e38`), except that strings
+//! constrained by `pattern`/`format` use each character's plain JSON spelling, keys of
+//! additional properties escape only characters no declared name uses (see
+//! `key_not_in`), numbers with bounds have no exponent, integers have no negative
+//! exponent, and `enum`/`const` values are spelled as `serde_json` prints them (members
+//! and items may be spaced). A schema without `additionalProperties` allows
 //! other members, as the specification says; a schema without `type` allows every type.
 //!
 //! Exact keywords: `type`, `properties` (members in any order, each at most once, for
@@ -106,13 +108,45 @@ const PRIMITIVES: &[(&str, &str)] = &[
     ),
     ("number", r#"integer frac? exp?"#),
     ("integer", r#""-"? ( "0" | [1-9] [0-9]* )"#),
-    ("integral", r#"integer ( "." "0"+ )?"#),
+    // Written by `integral_body` (exponent spellings of integers).
+    ("integral", ""),
     ("frac", r#""." [0-9]+"#),
     ("exp", r#"[eE] [-+]? [0-9]+"#),
     ("boolean", r#""true" | "false""#),
     ("null", r#""null""#),
     ("kchar", r#"[^"\\\x00-\x1F]"#),
 ];
+
+/// Most fraction digits of an integer written with an exponent (`1.5e1`): Rust and
+/// Python print at most 17 significant digits.
+pub(crate) const MAX_EXP_FRACTION: usize = 20;
+
+/// The `integral` primitive: the spellings of integers. `-12`, `2.0`, and exponent forms
+/// whose value is integral: the fraction's digits beyond the exponent are zeros
+/// (`1.5e1`, `1.50e1`, `-5.6e+37`, `3e0`), for fractions of up to [`MAX_EXP_FRACTION`]
+/// digits. Negative exponents are not taken (`10e-1` is 1, but refused).
+fn integral_body() -> String {
+    let mut alts = vec![
+        r#"integer ( "." "0"+ )?"#.to_string(),
+        r#"integer ( "." "0"+ )? [eE] "+"? [0-9]+"#.to_string(),
+    ];
+    for f in 1..=MAX_EXP_FRACTION {
+        // Exponents >= f, after any leading zeros.
+        let ge = match f {
+            1..=9 => format!("[{f}-9] | [1-9] [0-9]+"),
+            _ => format!(
+                "\"{}\" [{}-9] | [{}-9] [0-9] | [1-9] [0-9] [0-9]+",
+                f / 10,
+                f % 10,
+                f / 10 + 1
+            ),
+        };
+        alts.push(format!(
+            r#"integer "." [0-9]{{{f}}} "0"* [eE] "+"? "0"* ( {ge} )"#
+        ));
+    }
+    alts.join(" | ")
+}
 
 fn prim_deps(name: &str) -> &'static [&'static str] {
     match name {
@@ -314,11 +348,13 @@ impl<'a> Conv<'a> {
             let _ = writeln!(text, "{name} ::= {body}");
         }
         self.prims.sort_unstable();
+        let integral = integral_body();
         for p in &self.prims {
             let body = match *p {
                 // Generation's whitespace: none, one space, or a newline and an indent of at
                 // most 20 (a model cannot pad for ever).
                 "ws" if self.options.bounded_space => r#"( " " | "\n" [ \t]{0,20} )?"#,
+                "integral" => integral.as_str(),
                 _ => {
                     PRIMITIVES
                         .iter()

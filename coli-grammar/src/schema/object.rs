@@ -249,9 +249,18 @@ impl Conv<'_> {
         )))
     }
 
-    /// A rule for JSON string content (plain characters) that is none of `names`.
+    /// A rule for JSON string content that is none of `names`.
+    ///
+    /// The names are walked in their plain spelling. Once the key leaves every name (a
+    /// character no name has at that place), the rest is any string content, escapes
+    /// included. An escape met while still inside a name is taken only when it spells a
+    /// character that no name contains (so the key cannot be a name): control characters
+    /// and the short escapes in the usual case, and `\u` escapes of non-ASCII characters
+    /// when every name is ASCII. Escapes of characters the names use are refused there (a
+    /// spelling restriction: `\u0061` for `a`).
     fn key_not_in(&mut self, names: Vec<&str>) -> String {
-        let kchar = self.prim("kchar");
+        let char_ = self.prim("char");
+        let esc = self.safe_escapes(&names);
         // A trie of the names.
         struct Node {
             end: bool,
@@ -294,9 +303,51 @@ impl Conv<'_> {
                 alts.push(format!("{} {}", lit(&c.to_string()), names[*kid]));
             }
             let allowed = crate::regex::complement(&crate::regex::norm(excluded));
-            alts.push(format!("{} {kchar}*", crate::regex::class(&allowed)));
+            alts.push(format!("{} {char_}*", crate::regex::class(&allowed)));
+            if let Some(e) = &esc {
+                alts.push(format!("{e} {char_}*"));
+            }
             self.push_rule(names[i].clone(), alts.join(" | "));
         }
         base
+    }
+
+    /// A rule for the escapes (inside a JSON string) whose character is in none of
+    /// `names`, or `None` when there is none.
+    fn safe_escapes(&mut self, names: &[&str]) -> Option<String> {
+        let used = |c: char| names.iter().any(|n| n.contains(c));
+        let mut alts = Vec::new();
+        for (c, spelled) in [
+            ('"', r#"\""#),
+            ('\\', r"\\"),
+            ('/', r"\/"),
+            ('\u{8}', r"\b"),
+            ('\u{c}', r"\f"),
+            ('\n', r"\n"),
+            ('\r', r"\r"),
+            ('\t', r"\t"),
+        ] {
+            if !used(c) {
+                alts.push(lit(spelled));
+            }
+        }
+        let u = lit(r"\u");
+        const HEX: &str = "[0-9a-fA-F]";
+        if !names.iter().any(|n| n.chars().any(|c| c < ' ')) {
+            alts.push(format!("{u} \"00\" [01] {HEX}"));
+        }
+        if names.iter().all(|n| n.is_ascii()) {
+            alts.push(format!("{u} \"00\" [89a-fA-F] {HEX}"));
+            alts.push(format!("{u} \"0\" [1-9a-fA-F] {HEX}{{2}}"));
+            alts.push(format!("{u} [1-9a-cA-Ce-fE-F] {HEX}{{3}}"));
+            alts.push(format!("{u} [dD] [0-7] {HEX}{{2}}"));
+            alts.push(format!(
+                "{u} [dD] [89abAB] {HEX}{{2}} {u} [dD] [c-fC-F] {HEX}{{2}}"
+            ));
+        }
+        if alts.is_empty() {
+            return None;
+        }
+        Some(self.add_rule("key-escape", alts.join(" | ")))
     }
 }

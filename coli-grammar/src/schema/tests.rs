@@ -536,3 +536,150 @@ fn bounded_space_option_limits_padding_only() {
     }
     assert!(Matcher::matches(&free, &deep) && Matcher::matches(&free, "[  1]"));
 }
+
+/// Keys of additional properties may use escapes (as serde_json and Python write control
+/// and non-ASCII characters), but never an escaped spelling of a declared name: whatever
+/// the grammar takes, the validator takes.
+#[test]
+fn additional_keys_take_escapes_but_never_spell_a_declared_name() {
+    let schema = json!({
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "ab": {"type": "integer"}},
+        "additionalProperties": {"type": "string"}
+    });
+    let c = compiled(&schema);
+    let pieces = [
+        "a",
+        "b",
+        r"\u0061",
+        r"\n",
+        r"\u00e9",
+        "é",
+        r#"\""#,
+        r"\ud83d\ude00",
+        r"\u0001",
+        "/",
+        r"\/",
+    ];
+    let mut keys = vec![String::new()];
+    for _ in 0..3 {
+        let mut next = keys.clone();
+        for k in &keys {
+            for p in pieces {
+                next.push(format!("{k}{p}"));
+            }
+        }
+        keys = next;
+    }
+    keys.sort();
+    keys.dedup();
+    let (mut taken, mut valid_taken) = (0, 0);
+    for k in &keys {
+        for v in ["1", "\"x\""] {
+            let text = format!("{{\"{k}\":{v}}}");
+            let ok = reference(&schema, &text);
+            if Matcher::matches(&c, &text) {
+                taken += 1;
+                assert!(ok, "grammar takes the invalid {text}");
+            }
+            if ok {
+                // serde_json's own spelling of every valid instance is taken.
+                let value: Value = serde_json::from_str(&text).unwrap();
+                let spelled = value.to_string();
+                assert!(Matcher::matches(&c, &spelled), "refused valid {spelled}");
+                valid_taken += 1;
+            }
+        }
+    }
+    assert!(taken > 1000 && valid_taken > 1000, "{taken} {valid_taken}");
+    // A control character written as an escape, as the corpus's valid instances do.
+    assert!(Matcher::matches(&c, r#"{"\u001dx":"y","a":1}"#));
+    assert!(!Matcher::matches(&c, r#"{"\u0061":"y"}"#));
+}
+
+/// Integers may be written with an exponent when the value is integral (serde_json and
+/// Python print large integral floats so); never a spelling of a non-integer.
+#[test]
+fn integers_written_with_exponents() {
+    let schema = json!({"type": "integer"});
+    let c = compiled(&schema);
+    let mantissas = [
+        "1",
+        "12",
+        "-3",
+        "0",
+        "1.5",
+        "1.25",
+        "1.50",
+        "-5.632287068924375",
+        "0.0",
+        "3.0",
+        "1.00000000000000000001",
+        "9.99999999999999999999",
+        "1.000000000000000000001",
+    ];
+    let exponents = [
+        "", "e0", "e1", "e2", "E+2", "e+37", "e-1", "e05", "e19", "e20", "e21", "e+0020", "e100",
+    ];
+    let mut taken = 0;
+    for m in mantissas {
+        for e in exponents {
+            let text = format!("{m}{e}");
+            let ok = reference(&schema, &text);
+            if Matcher::matches(&c, &text) {
+                taken += 1;
+                assert!(ok, "grammar takes the non-integer {text}");
+            }
+        }
+    }
+    assert!(taken > 60, "{taken}");
+    for x in [
+        1e16,
+        1.5e38,
+        -4.58305538054107e36,
+        1.2345678901234567e300,
+        1e21,
+    ] {
+        let text = json!(x).to_string();
+        assert!(text.contains('e'), "{text}");
+        assert!(Matcher::matches(&c, &text), "{text}");
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+    /// `format: uri`: what the grammar takes, the validator (RFC 3986) takes.
+    #[test]
+    fn uri_format_takes_only_uris(
+        s in "[a-z]{1,3}:(//([a-z@:%]{0,3}@)?[a-zA-Z0-9.%:-]{0,8})?[a-z0-9/%?#:@!$&'()*+,;=._~\\[\\]-]{0,16}"
+    ) {
+        let schema = json!({"type": "string", "format": "uri"});
+        let text = json!(s).to_string();
+        if accepts(schema.clone(), &text) {
+            proptest::prop_assert!(reference(&schema, &text), "grammar takes {}", text);
+        }
+    }
+}
+
+#[test]
+fn uri_format_takes_real_uris() {
+    let schema = json!({"type": "string", "format": "uri"});
+    let c = compiled(&schema);
+    for u in [
+        "https://h.GEG6QED.d.B.f.a.GoOGlE",
+        "https://api.github.com/repos/octocat/Hello-World/issues{/number}",
+        "http://user:pw@host.example:8080/a/b/c/d/e/f/g/h/i/j?q=1&r=%20#frag",
+        "mailto:someone@example.com",
+        "urn:isbn:0451450523",
+        "file:///etc/hosts",
+        "https://x.XB7e603qzD.P.R.z.Xn--cG4bkI",
+        "http://192.168.0.1:80/",
+    ] {
+        let text = json!(u).to_string();
+        let ok = reference(&schema, &text);
+        assert_eq!(Matcher::matches(&c, &text), ok, "{u}");
+        if !u.contains('{') {
+            assert!(ok, "{u}");
+        }
+    }
+}
