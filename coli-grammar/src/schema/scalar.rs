@@ -269,9 +269,15 @@ fn format_rule(f: &str) -> Option<&'static str> {
         "uuid" => {
             r#"[0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12}"#
         }
-        "email" => {
-            r#"[a-zA-Z0-9_+-]{1,30} ( "." [a-zA-Z0-9_+-]{1,30} )? "@" [a-zA-Z0-9] ( [a-zA-Z0-9-]{0,18} [a-zA-Z0-9] )? ( "." [a-zA-Z0-9] ( [a-zA-Z0-9-]{0,18} [a-zA-Z0-9] )? ){0,2} "." [a-zA-Z]{2,12}"#
-        }
+        // A dot-atom local part of RFC 5322 characters (at most 61), and a host name of up
+        // to four labels of at most 63 (no "--" at the third and fourth characters: that
+        // would be an IDNA label) ending in an alphabetic top-level label.
+        "email" => concat!(
+            r#"[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]{1,30} ( "." [a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]{1,30} )? "@" "#,
+            r#"( [a-zA-Z0-9] ( [a-zA-Z0-9] | [a-zA-Z0-9-] [a-zA-Z0-9] | [a-zA-Z0-9-] [a-zA-Z0-9-] [a-zA-Z0-9] "#,
+            r#"| [a-zA-Z0-9-] ( [a-zA-Z0-9] [a-zA-Z0-9-] | "-" [a-zA-Z0-9] ) [a-zA-Z0-9-]{0,58} [a-zA-Z0-9] )? "." ){1,4} "#,
+            r#"[a-zA-Z]{2,24}"#
+        ),
         "ipv4" => {
             r#"( [0-9] | [1-9] [0-9] | "1" [0-9]{2} | "2" [0-4] [0-9] | "25" [0-5] ) ( "." ( [0-9] | [1-9] [0-9] | "1" [0-9]{2} | "2" [0-4] [0-9] | "25" [0-5] ) ){3}"#
         }

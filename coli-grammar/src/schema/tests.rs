@@ -683,3 +683,38 @@ fn uri_format_takes_real_uris() {
         }
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+    /// `format: email`: what the grammar takes, the validator takes (labels with "--" in
+    /// the third and fourth places are IDNA labels and were once taken unchecked).
+    #[test]
+    fn email_format_takes_only_emails(
+        s in "[a-z'=&.{}+-]{0,4}@([a-z0-9-]{1,6}\\.){1,3}[a-z-]{1,4}"
+    ) {
+        let schema = json!({"type": "string", "format": "email"});
+        let text = json!(s).to_string();
+        if accepts(schema.clone(), &text) {
+            proptest::prop_assert!(reference(&schema, &text), "grammar takes {}", text);
+        }
+    }
+}
+
+#[test]
+fn email_format_takes_real_addresses() {
+    let schema = json!({"type": "string", "format": "email"});
+    let c = compiled(&schema);
+    for (e, ok) in [
+        ("octocat@github.com", true),
+        ("K'OsR@s2vnM.ZorRp.jXe.q.xEROX", true),
+        ("TB=o@m.S.fVzjZWgjIM3.sOftbank", true),
+        ("first.last+tag@mail.example.co.uk", true),
+        ("a@ab--c.com", false),
+        ("a@-a.com", false),
+        ("a..b@x.com", false),
+    ] {
+        let text = json!(e).to_string();
+        assert_eq!(reference(&schema, &text), ok, "{e}");
+        assert_eq!(Matcher::matches(&c, &text), ok, "{e}");
+    }
+}
