@@ -67,3 +67,28 @@ pub fn corpus_in(dir: &std::path::Path) -> Result<Vec<CorpusSchema>, String> {
         })
         .collect()
 }
+
+/// A test vocabulary for `texts`: every byte, every substring of up to 6 characters of
+/// each text, a few multi-byte and partial-UTF-8 tokens, and one empty (special) token.
+pub fn vocab_from(texts: &[String]) -> Vec<Vec<u8>> {
+    let mut set = std::collections::BTreeSet::new();
+    for b in 0..=255u8 {
+        set.insert(vec![b]);
+    }
+    for t in texts {
+        let chars: Vec<char> = t.chars().collect();
+        for i in 0..chars.len() {
+            for n in 1..=6.min(chars.len() - i) {
+                set.insert(chars[i..i + n].iter().collect::<String>().into_bytes());
+            }
+        }
+    }
+    for s in ["é", "太郎", "\u{1F600}", "a\u{e9}", " \"", "\":", "\\n"] {
+        set.insert(s.as_bytes().to_vec());
+    }
+    set.insert(vec![0xC3]);
+    set.insert(vec![0xA9, b'"']);
+    let mut v: Vec<Vec<u8>> = set.into_iter().collect();
+    v.push(Vec::new()); // a special token
+    v
+}

@@ -213,72 +213,94 @@ impl TokenTrie {
     }
 
     /// The tokens whose bytes the grammar accepts from `m`'s state.
+    ///
+    /// Slices are tried widest first, each by its three shortcuts in turn: a slice with
+    /// a wide class leaves only a few hundred tokens to walk, a narrow one tens of
+    /// thousands, so a wide slice's costlier shortcut beats a narrow slice's cheap one.
     pub fn mask(&self, m: &Matcher, allowed: &mut TokenMask) {
         allowed.reset(self.vocab_size);
         m.grammar().with_stepper(m, |st, s| {
-            for (k, slice) in self.slices.iter().enumerate() {
-                if !at_boundary(s) {
-                    break;
-                }
-                if let Some(n) = Self::chain(st, s, k, slice.upto.len() - 1) {
-                    #[cfg(test)]
-                    SLICED.with(|c| c.set(c.get() + 1));
-                    allowed.words.copy_from_slice(&slice.upto[n]);
-                    slice.rest.walk(st, 0, s, allowed);
-                    return;
-                }
-            }
-            // A slice whose every token stays alive: from `s`, every character of the class
-            // leads to states that take every character of the class again (`.*id` before
-            // and after the `i`).
             if at_boundary(s) {
-                for (k, slice) in self.slices.iter().enumerate() {
-                    if st.closed_alive(s, k) {
+                for k in 0..self.slices.len() {
+                    if self.by_chain(st, s, k, allowed)
+                        || self.by_closed_alive(st, s, k, allowed)
+                        || (k == 0 && self.by_except(st, s, allowed))
+                    {
                         #[cfg(test)]
                         SLICED.with(|c| c.set(c.get() + 1));
-                        allowed
-                            .words
-                            .copy_from_slice(&slice.upto[slice.upto.len() - 1]);
-                        slice.rest.walk(st, 0, s, allowed);
-                        return;
-                    }
-                }
-            }
-            // The first slice again, but for a few ASCII characters the state treats apart
-            // (a key that must not spell a declared name, `.*id` before the `i`): tokens
-            // starting with one of those are walked, the others decided by the chain.
-            if at_boundary(s) {
-                if let (Some(slice), Some((xs, t))) = (self.slices.first(), st.except(s, 0)) {
-                    let max = slice.upto.len() - 1;
-                    let n = match t {
-                        None => Some(0),
-                        Some(t) => Self::chain(st, t, 0, max).map(|m| (m + 1).min(max)),
-                    };
-                    if let Some(n) = n {
-                        #[cfg(test)]
-                        SLICED.with(|c| c.set(c.get() + 1));
-                        allowed.words.copy_from_slice(&slice.upto[n]);
-                        for &x in &xs {
-                            for (w, f) in allowed.words.iter_mut().zip(&slice.first[x as usize]) {
-                                *w &= !f;
-                            }
-                        }
-                        slice.rest.walk(st, 0, s, allowed);
-                        for &x in &xs {
-                            let Some(child) = self.child(0, x) else {
-                                continue;
-                            };
-                            if let Some(t) = st.step(s, x) {
-                                self.ends(child).iter().for_each(|&id| allowed.set(id));
-                                self.walk(st, child, t, allowed);
-                            }
-                        }
                         return;
                     }
                 }
             }
             self.walk(st, 0, s, allowed)
         });
+    }
+
+    /// Slice `k` when every character of its class leads from `s` to one same state,
+    /// and again from there, for a known number of steps.
+    fn by_chain(&self, st: &mut Stepper, s: Cursor, k: usize, allowed: &mut TokenMask) -> bool {
+        let slice = &self.slices[k];
+        let Some(n) = Self::chain(st, s, k, slice.upto.len() - 1) else {
+            return false;
+        };
+        allowed.words.copy_from_slice(&slice.upto[n]);
+        slice.rest.walk(st, 0, s, allowed);
+        true
+    }
+
+    /// Slice `k` when every token of it stays alive: from `s`, every character of the
+    /// class leads to states that take every character of the class again (`.*id` before
+    /// and after the `i`).
+    fn by_closed_alive(
+        &self,
+        st: &mut Stepper,
+        s: Cursor,
+        k: usize,
+        allowed: &mut TokenMask,
+    ) -> bool {
+        if !st.closed_alive(s, k) {
+            return false;
+        }
+        let slice = &self.slices[k];
+        allowed
+            .words
+            .copy_from_slice(&slice.upto[slice.upto.len() - 1]);
+        slice.rest.walk(st, 0, s, allowed);
+        true
+    }
+
+    /// The first slice again, but for a few ASCII characters the state treats apart (a
+    /// key that must not spell a declared name, `.*id` before the `i`): tokens starting
+    /// with one of those are walked, the others decided by the chain.
+    fn by_except(&self, st: &mut Stepper, s: Cursor, allowed: &mut TokenMask) -> bool {
+        let (Some(slice), Some((xs, t))) = (self.slices.first(), st.except(s, 0)) else {
+            return false;
+        };
+        let max = slice.upto.len() - 1;
+        let n = match t {
+            None => Some(0),
+            Some(t) => Self::chain(st, t, 0, max).map(|m| (m + 1).min(max)),
+        };
+        let Some(n) = n else {
+            return false;
+        };
+        allowed.words.copy_from_slice(&slice.upto[n]);
+        for &x in &xs {
+            for (w, f) in allowed.words.iter_mut().zip(&slice.first[x as usize]) {
+                *w &= !f;
+            }
+        }
+        slice.rest.walk(st, 0, s, allowed);
+        for &x in &xs {
+            let Some(child) = self.child(0, x) else {
+                continue;
+            };
+            if let Some(t) = st.step(s, x) {
+                self.ends(child).iter().for_each(|&id| allowed.set(id));
+                self.walk(st, child, t, allowed);
+            }
+        }
+        true
     }
 
     /// How many characters of slice class `k` can follow from `s` (at most `max`), when

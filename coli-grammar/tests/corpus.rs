@@ -73,31 +73,6 @@ fn invalid_instances_are_rejected() {
     }
 }
 
-/// A vocabulary from the corpus itself: every byte, every substring of up to 6 characters
-/// of every valid instance (compact and pretty), and some multi-byte and split characters.
-fn corpus_vocab(texts: &[String]) -> Vec<Vec<u8>> {
-    let mut set = std::collections::BTreeSet::new();
-    for b in 0..=255u8 {
-        set.insert(vec![b]);
-    }
-    for t in texts {
-        let chars: Vec<char> = t.chars().collect();
-        for i in 0..chars.len() {
-            for n in 1..=6.min(chars.len() - i) {
-                set.insert(chars[i..i + n].iter().collect::<String>().into_bytes());
-            }
-        }
-    }
-    for s in ["é", "太郎", "\u{1F600}", "a\u{e9}", " \"", "\":", "\\n"] {
-        set.insert(s.as_bytes().to_vec());
-    }
-    set.insert(vec![0xC3]);
-    set.insert(vec![0xA9, b'"']);
-    let mut v: Vec<Vec<u8>> = set.into_iter().collect();
-    v.push(Vec::new()); // a special token
-    v
-}
-
 #[test]
 fn masks_with_the_slice_shortcut_equal_walking_every_token() {
     use coli_grammar::{TokenMask, TokenTrie};
@@ -113,7 +88,7 @@ fn masks_with_the_slice_shortcut_equal_walking_every_token() {
             })
         })
         .collect();
-    let vocab = corpus_vocab(&texts);
+    let vocab = coli_grammar::corpus::vocab_from(&texts);
     let trie = TokenTrie::new(&vocab);
     let (mut fast, mut slow) = (TokenMask::default(), TokenMask::default());
     let mut checked = 0;

@@ -71,3 +71,49 @@ fn public_corpus_sample_meets_the_targets() {
     );
     assert!(disagreements * 20 <= valid + invalid, "{disagreements}");
 }
+
+/// The mask shortcuts against walking every token, on the sample's first schemas (the
+/// big objects of real APIs, whose keys exercise the slice order).
+#[test]
+fn public_corpus_masks_equal_walking_every_token() {
+    use coli_grammar::{TokenMask, TokenTrie};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/corpus-public/sample.jsonl");
+    let rows: Vec<Value> = std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // Every other schema (all sources), the first valid instance, at most 1,200 bytes.
+    let cases: Vec<(&Value, String)> = rows
+        .iter()
+        .step_by(2)
+        .filter_map(|r| {
+            let t = r["valid"].get(0)?.to_string();
+            (t.len() <= 1200).then_some((r, t))
+        })
+        .collect();
+    let texts: Vec<String> = cases.iter().map(|c| c.1.clone()).collect();
+    let vocab = coli_grammar::corpus::vocab_from(&texts);
+    let trie = TokenTrie::new(&vocab);
+    let (mut fast, mut slow) = (TokenMask::default(), TokenMask::default());
+    let mut checked = 0;
+    for (row, text) in &cases {
+        let Ok(g) = compile_schema(&row["schema"].to_string()) else {
+            continue;
+        };
+        let c = Compiled::new(&g);
+        let mut m = c.matcher();
+        for (i, b) in text.bytes().enumerate() {
+            if i % 2 == 0 {
+                trie.mask(&m, &mut fast);
+                trie.mask_walking_all(&m, &mut slow);
+                assert_eq!(fast, slow, "{} at byte {i} of {text}", row["name"]);
+                checked += 1;
+            }
+            if !m.accept_bytes(&[b]) {
+                break;
+            }
+        }
+    }
+    assert!(checked > 2000, "{checked}");
+}
