@@ -79,6 +79,32 @@ fn main() {
         if row["name"] != a[2].as_str() {
             continue;
         }
+        if a.get(3).is_some_and(|m| m == "compile") {
+            let text = row["schema"].to_string();
+            let t0 = Instant::now();
+            let gbnf = coli_grammar::schema_to_gbnf(&row["schema"]).unwrap();
+            let t1 = Instant::now();
+            if let Some(f) = std::env::var_os("WHY_DUMP") {
+                std::fs::write(f, &gbnf).unwrap();
+            }
+            let parsed = coli_grammar::parse(&gbnf).unwrap();
+            let t2 = Instant::now();
+            let g = compile_schema(&text).unwrap();
+            let t3 = Instant::now();
+            let _c = Compiled::new(&g);
+            let t4 = Instant::now();
+            let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+            println!(
+                "convert {:.1} ms ({} bytes, {} rules), parse {:.1} ms, compile_schema {:.1} ms, Compiled::new {:.1} ms",
+                ms(t0, t1),
+                gbnf.len(),
+                parsed.rules.len(),
+                ms(t1, t2),
+                ms(t2, t3),
+                ms(t3, t4)
+            );
+            return;
+        }
         let g = compile_schema(&row["schema"].to_string()).unwrap();
         let c = Compiled::new(&g);
         if a.get(3).is_some_and(|m| m == "masks") {

@@ -89,6 +89,10 @@ pub const MAX_NESTING: usize = 256;
 /// the schema is refused as too large.
 pub const MAX_WORK: usize = 200_000;
 
+/// Subschemas whose JSON text is at least this long are converted once per schema
+/// (smaller ones cost less to convert again than to look up).
+pub(crate) const MEMO_MIN_BYTES: usize = 128;
+
 /// Most digits of an integer bound.
 pub(crate) const MAX_DIGITS: u32 = 15;
 
@@ -204,6 +208,11 @@ pub(crate) struct Conv<'a> {
     refs: HashMap<String, String>,
     /// Canonical text of a merged schema → its rule (so a recursion through `allOf` ends).
     merged: HashMap<String, String>,
+    /// Text of a subschema converted → its rule, and its notes with paths relative to
+    /// it (`true`: a warning), see `visit`.
+    seen: HashMap<String, (String, Vec<(bool, SchemaNote)>)>,
+    /// Sorted declared names → the rule of keys that are none of them.
+    key_rules: HashMap<Vec<String>, String>,
     prims: Vec<&'static str>,
     /// References being expanded by the merge in progress (a cycle is an error).
     merging: Vec<String>,
@@ -228,6 +237,8 @@ impl<'a> Conv<'a> {
             suffix: HashMap::new(),
             refs: HashMap::new(),
             merged: HashMap::new(),
+            seen: HashMap::new(),
+            key_rules: HashMap::new(),
             prims: Vec::new(),
             merging: Vec::new(),
             depth: 0,

@@ -259,6 +259,19 @@ impl Conv<'_> {
     /// when every name is ASCII. Escapes of characters the names use are refused there (a
     /// spelling restriction: `\u0061` for `a`).
     fn key_not_in(&mut self, names: Vec<&str>) -> String {
+        // One rule per set of names: objects of one shape repeat across a schema.
+        let mut memo: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        memo.sort_unstable();
+        memo.dedup();
+        if let Some(rule) = self.key_rules.get(&memo) {
+            return rule.clone();
+        }
+        let rule = self.key_not_in_new(names);
+        self.key_rules.insert(memo, rule.clone());
+        rule
+    }
+
+    fn key_not_in_new(&mut self, names: Vec<&str>) -> String {
         let char_ = self.prim("char");
         let esc = self.safe_escapes(&names);
         // A trie of the names.

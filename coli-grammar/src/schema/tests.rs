@@ -718,3 +718,53 @@ fn email_format_takes_real_addresses() {
         assert_eq!(Matcher::matches(&c, &text), ok, "{e}");
     }
 }
+
+/// A subschema repeated (up to its annotations) is converted once: its notes are still
+/// reported at every path, and what it accepts is unchanged. A member named like an
+/// annotation (`description`) is no annotation.
+#[test]
+fn repeated_subschemas_keep_their_notes_and_their_language() {
+    let item = |title: &str, extra: &str| {
+        json!({
+            "title": title,
+            "type": "object",
+            "properties": {
+                "url": {"type": "string", "format": "uri-template"},
+                "description": {"type": extra},
+                "count": {"type": "integer", "description": "how many"},
+                "created_at": {"type": "string", "format": "date-time"},
+                "updated_at": {"type": "string", "format": "date-time"}
+            },
+            "required": ["description"]
+        })
+    };
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "a": item("first", "integer"),
+            "b": item("second", "integer"),
+            "c": item("third", "string")
+        }
+    });
+    let g = compile_schema(&schema.to_string()).unwrap();
+    let c = Compiled::new(&g);
+    let paths: Vec<&str> = c.relaxations().iter().map(|n| n.path.as_str()).collect();
+    for p in ["/properties/a/", "/properties/b/", "/properties/c/"] {
+        assert!(
+            paths.iter().any(|x| x.starts_with(p)),
+            "{p} missing from {paths:?}"
+        );
+    }
+    for (text, ok) in [
+        (
+            r#"{"a":{"description":1},"b":{"description":2},"c":{"description":"x"}}"#,
+            true,
+        ),
+        (r#"{"b":{"description":"x"}}"#, false),
+        (r#"{"c":{"description":1}}"#, false),
+        (r#"{"a":{"description":1,"count":1.5}}"#, false),
+    ] {
+        assert_eq!(reference(&schema, text), ok, "{text}");
+        assert_eq!(Matcher::matches(&c, text), ok, "{text}");
+    }
+}

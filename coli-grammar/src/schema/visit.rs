@@ -2,7 +2,9 @@
 //! `const`/`enum`, and one alternative per type.
 
 use super::keywords::{kind, Kind};
-use super::{err, pointer_child, Conv, SchemaError, MAX_NESTING, MAX_WORK};
+use super::{
+    err, pointer_child, Conv, SchemaError, SchemaNote, MAX_NESTING, MAX_WORK, MEMO_MIN_BYTES,
+};
 use serde_json::{Map, Value};
 
 /// The message of errors that mean "this schema accepts nothing" (dropped from `anyOf`).
@@ -59,9 +61,51 @@ impl Conv<'_> {
                 format!("schemas nested or referenced deeper than {MAX_NESTING}"),
             );
         }
+        // A subschema met again (real schemas repeat the same inline objects dozens of
+        // times) reuses its rule, and its notes (warnings, relaxations) are noted again
+        // at the new path. When a note lies outside the subschema (behind a `$ref`), the
+        // subschema is converted again instead.
+        let key = match s {
+            Value::Object(o) if o.len() > 1 => {
+                let mut k = String::new();
+                memo_key(s, &mut k);
+                Some(k).filter(|k| k.len() >= MEMO_MIN_BYTES)
+            }
+            _ => None,
+        };
+        if let Some((rule, notes)) = key.as_ref().and_then(|k| self.seen.get(k)).cloned() {
+            for (warning, n) in notes {
+                let at = format!("{path}{}", n.path);
+                if warning {
+                    self.warn(&at, &n.keyword, n.msg);
+                } else {
+                    self.relax(&at, &n.keyword, n.msg);
+                }
+            }
+            return Ok(rule);
+        }
+        let (w0, r0) = (self.warnings.len(), self.relaxations.len());
         self.depth += 1;
         let r = self.visit_inner(s, path);
         self.depth -= 1;
+        if let (Some(k), Ok(rule)) = (key, &r) {
+            let notes: Vec<(bool, SchemaNote)> = self.warnings[w0..]
+                .iter()
+                .map(|n| (true, n))
+                .chain(self.relaxations[r0..].iter().map(|n| (false, n)))
+                .map(|(w, n)| {
+                    let rel = n.path.strip_prefix(path).map(|p| SchemaNote {
+                        path: p.to_string(),
+                        ..n.clone()
+                    });
+                    (w, rel)
+                })
+                .filter_map(|(w, n)| Some((w, n?)))
+                .collect();
+            if notes.len() == self.warnings.len() - w0 + self.relaxations.len() - r0 {
+                self.seen.insert(k, (rule.clone(), notes));
+            }
+        }
         match r {
             Err(e) if !is_hard(&e) => {
                 self.relax(
@@ -405,4 +449,63 @@ fn strip(s: &Value) -> Value {
         ),
         s => s.clone(),
     }
+}
+
+/// The text of schema `v` without its annotations (`title`, `description`, `default`,
+/// ...), which the conversion ignores: two subschemas with the same key convert to the
+/// same grammar. Keywords are told apart from member names: `properties` maps names to
+/// schemas, and `enum`, `const` and the like are data, kept whole.
+fn memo_key(v: &Value, out: &mut String) {
+    let Value::Object(o) = v else {
+        out.push_str(&v.to_string());
+        return;
+    };
+    out.push('{');
+    for (k, x) in o {
+        if kind(k) == Kind::Annotation {
+            continue;
+        }
+        out.push_str(&Value::String(k.clone()).to_string());
+        out.push(':');
+        match (k.as_str(), x) {
+            (
+                "properties" | "patternProperties" | "dependentSchemas" | "dependencies",
+                Value::Object(m),
+            ) => {
+                out.push('{');
+                for (name, sub) in m {
+                    out.push_str(&Value::String(name.clone()).to_string());
+                    out.push(':');
+                    memo_key(sub, out);
+                    out.push(',');
+                }
+                out.push('}');
+            }
+            ("anyOf" | "oneOf" | "allOf" | "prefixItems" | "items", Value::Array(a)) => {
+                out.push('[');
+                for sub in a {
+                    memo_key(sub, out);
+                    out.push(',');
+                }
+                out.push(']');
+            }
+            (
+                "items"
+                | "additionalProperties"
+                | "additionalItems"
+                | "not"
+                | "if"
+                | "then"
+                | "else"
+                | "contains"
+                | "propertyNames"
+                | "unevaluatedProperties"
+                | "unevaluatedItems",
+                _,
+            ) => memo_key(x, out),
+            _ => out.push_str(&x.to_string()),
+        }
+        out.push(',');
+    }
+    out.push('}');
 }
