@@ -126,27 +126,32 @@ const PRIMITIVES: &[(&str, &str)] = &[
 pub(crate) const MAX_EXP_FRACTION: usize = 20;
 
 /// The `integral` primitive: the spellings of integers. `-12`, `2.0`, and exponent forms
-/// whose value is integral: the fraction's digits beyond the exponent are zeros
-/// (`1.5e1`, `1.50e1`, `-5.6e+37`, `3e0`), for fractions of up to [`MAX_EXP_FRACTION`]
-/// digits. Negative exponents are not taken (`10e-1` is 1, but refused).
+/// whose value is integral, as Rust and Python print large integral floats: one digit
+/// before the point, the fraction's digits beyond the exponent all zeros (`1.5e1`,
+/// `1.50e1`, `-5.6e+37`, `3e0`), fractions of up to [`MAX_EXP_FRACTION`] digits and
+/// exponents up to 299, so that the value is a finite double (`1e1965` is valid JSON but
+/// no parser's number). Negative exponents are not taken (`10e-1` is 1, but refused).
 fn integral_body() -> String {
+    // Exponents from `f` to 299, after any leading zeros.
+    let upto_299 = "[12] [0-9] [0-9]";
+    let ge = |f: usize| match f {
+        0 => format!("[0-9] | [1-9] [0-9] | {upto_299}"),
+        1..=9 => format!("[{f}-9] | [1-9] [0-9] | {upto_299}"),
+        _ => format!(
+            "\"{}\" [{}-9] | [{}-9] [0-9] | {upto_299}",
+            f / 10,
+            f % 10,
+            f / 10 + 1
+        ),
+    };
     let mut alts = vec![
         r#"integer ( "." "0"+ )?"#.to_string(),
-        r#"integer ( "." "0"+ )? [eE] "+"? [0-9]+"#.to_string(),
+        format!(r#""-"? [0-9] ( "." "0"+ )? [eE] "+"? "0"* ( {} )"#, ge(0)),
     ];
     for f in 1..=MAX_EXP_FRACTION {
-        // Exponents >= f, after any leading zeros.
-        let ge = match f {
-            1..=9 => format!("[{f}-9] | [1-9] [0-9]+"),
-            _ => format!(
-                "\"{}\" [{}-9] | [{}-9] [0-9] | [1-9] [0-9] [0-9]+",
-                f / 10,
-                f % 10,
-                f / 10 + 1
-            ),
-        };
         alts.push(format!(
-            r#"integer "." [0-9]{{{f}}} "0"* [eE] "+"? "0"* ( {ge} )"#
+            r#""-"? [0-9] "." [0-9]{{{f}}} "0"* [eE] "+"? "0"* ( {} )"#,
+            ge(f)
         ));
     }
     alts.join(" | ")

@@ -243,6 +243,21 @@ impl Conv<'_> {
             let m = mag_range(low, high);
             alts.push(format!("\"-\" ( {m} )"));
         }
+        // Magnitudes below 1 written with a negative exponent (`2.5e-05`, as Python and
+        // serde print small numbers): one digit, a fraction, an exponent of -1 or less.
+        // Taken on a side where every such magnitude is within the bounds; next to an
+        // exclusive bound at 0, the leading digit is not 0.
+        let small = |zero: bool| {
+            let lead = if zero { "[0-9]" } else { "[1-9]" };
+            format!(r#"{lead} ( "." [0-9]+ )? [eE] "-" "0"* [1-9] [0-9]*"#)
+        };
+        if lo.is_none_or(|(l, _)| l <= 0) && hi.is_none_or(|(h, _)| h >= 1) {
+            alts.push(small(lo.is_none_or(|(l, e)| l < 0 || !e)));
+        }
+        if lo.is_none_or(|(l, _)| l <= -1) && hi.is_none_or(|(h, _)| h >= 0) {
+            let zero = hi.is_none_or(|(h, e)| h > 0 || !e);
+            alts.push(format!("\"-\" {}", small(zero)));
+        }
         Ok(self.add_rule(&format!("{path}-number"), alts.join(" | ")))
     }
 }
