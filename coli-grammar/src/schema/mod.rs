@@ -45,6 +45,8 @@ mod object;
 mod scalar;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_spelling;
 mod visit;
 
 pub use check::{parse_strict, validator_for, SchemaInfo, SchemaNote, Violation};
