@@ -183,8 +183,82 @@ def add_mtp_layer(out, cfg):
         json.dump(c, f, indent=2)
 
 
+FP4_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def dequantize_mxfp4(blocks, scales):
+    """OCP MXFP4 by the spec, in numpy: `blocks` [.., rows, G, 16] bytes hold 32 e2m1 values per
+    group (even element in the low nibble), `scales` [.., rows, G] E8M0 exponents (2^(s - 127)).
+    Returns [.., rows, G * 32] float64."""
+    lut = np.array(FP4_E2M1, dtype=np.float64)
+    lo, hi = lut[blocks & 15], lut[blocks >> 4]
+    vals = np.stack([lo, hi], axis=-1).reshape(*blocks.shape[:-1], 32)
+    vals = vals * np.exp2(scales.astype(np.float64) - 127.0)[..., None]
+    return vals.reshape(*blocks.shape[:-2], -1)
+
+
+def quantize_gpt_oss_experts(model, seed):
+    """Gives every gpt-oss expert random MXFP4 weights (random nibbles, scales 2^-5..2^-3) and sets
+    the model's fused `[E, in, out]` parameters to their values, dequantized by
+    `dequantize_mxfp4`. Returns {tensor name: array} in the hub's layout (`_blocks`
+    [E, out, in/32, 16] and `_scales` [E, out, in/32], both U8)."""
+    rng = np.random.default_rng(seed + 99)
+    stored = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not (name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj")):
+                continue
+            e, d_in, d_out = p.shape
+            blocks = rng.integers(0, 256, size=(e, d_out, d_in // 32, 16), dtype=np.uint8)
+            scales = rng.integers(122, 125, size=(e, d_out, d_in // 32), dtype=np.uint8)
+            w = dequantize_mxfp4(blocks, scales)  # [E, out, in]
+            p.copy_(torch.from_numpy(w.transpose(0, 2, 1).copy()).float())
+            stored[name + "_blocks"] = blocks
+            stored[name + "_scales"] = scales
+    return stored
+
+
+def store_mxfp4(out, stored):
+    """Replaces the fused bf16 expert weights in the saved shard with the MXFP4 `_blocks` and
+    `_scales`, and stamps config.json with the quantization_config of the gpt-oss releases."""
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(out, "model.safetensors")
+    assert os.path.exists(path), "gpt-oss fixtures are single-shard"
+    tensors = load_file(path)
+    with open(path, "rb") as f:
+        meta = json.loads(f.read(int.from_bytes(f.read(8), "little"))).get("__metadata__")
+    for name, arr in stored.items():
+        fused = name.rsplit("_", 1)[0]
+        tensors.pop(fused, None)
+        tensors[name] = torch.from_numpy(arr).contiguous()
+    save_file(tensors, path, metadata=meta)
+    with open(os.path.join(out, "config.json")) as f:
+        c = json.load(f)
+    c["quantization_config"] = {"quant_method": "mxfp4",
+                                "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                           "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+
+
+def check_router_margins(model, top_k):
+    """Hooks every gpt-oss router: records the smallest gap between the k-th and (k+1)-th logit,
+    so a fixture whose routing sits on a tie (torch's order is then unspecified) is refused."""
+    gaps = []
+
+    def hook(_module, _inputs, output):
+        logits = output[0].float()
+        top = torch.topk(logits, min(top_k + 1, logits.shape[-1]), dim=-1).values
+        if top.shape[-1] > top_k:
+            gaps.append(float((top[:, top_k - 1] - top[:, top_k]).min()))
+    for m in model.modules():
+        if type(m).__name__.endswith("TopKRouter"):
+            m.register_forward_hook(hook)
+    return gaps
+
+
 def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp=False, rename_type=None,
-          bias_shift=0.0, fp8_block=None, **kw):
+          bias_shift=0.0, fp8_block=None, mxfp4=False, **kw):
     if ONLY and name not in ONLY:
         return
     cfg = AutoConfig.for_model(model_type, **kw)
@@ -193,9 +267,13 @@ def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
     decisive_init(model, seed, gain, bias_shift)
     fp8 = quantize_fp8(model, fp8_block) if fp8_block else None
+    mx = quantize_gpt_oss_experts(model, seed) if mxfp4 else None
+    gaps = check_router_margins(model, cfg.num_experts_per_tok) if mxfp4 else []
     if cfg.tie_word_embeddings:
         model.tie_weights()
     ref, logits = reference(model, cfg.vocab_size, seed)
+    if gaps and min(gaps) < 1e-5:
+        sys.exit(f"{name}: a routing decision is within {min(gaps):.1e} of a tie; change the seed")
     out = os.path.join(ROOT, name)
     shutil.rmtree(out, ignore_errors=True)
     model.to(torch.bfloat16).save_pretrained(out, max_shard_size=shard or "1GB", safe_serialization=True)
@@ -211,6 +289,8 @@ def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp
             json.dump(c, f, indent=2)
     if fp8:
         store_fp8(out, fp8, fp8_block)
+    if mx:
+        store_mxfp4(out, mx)
     if mtp:
         add_mtp_layer(out, cfg)
     if rename_type:
@@ -323,6 +403,19 @@ def tiny5():
                            "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.707,
                            "original_max_position_embeddings": 64},
           mtp=True, shard="100KB", **dsa, **common)
+
+    # gpt-oss: MXFP4 experts as the hub ships them; alternating sliding (window < SEQ_LEN) and
+    # full layers; sinks; biases; YaRN without truncation (the release's rope settings).
+    oss = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=64,
+               num_local_experts=8, mxfp4=True, **common)
+    build("gpt_oss_window_yarn", "gpt_oss", 91, num_hidden_layers=4, num_experts_per_tok=2, sliding_window=8,
+          rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
+                           "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 64},
+          **oss)
+    # A swiglu_limit the activations cross (both clamps act), top-3, every layer sliding.
+    build("gpt_oss_clamp_top3", "gpt_oss", 92, num_hidden_layers=3, num_experts_per_tok=3, sliding_window=5,
+          swiglu_limit=0.5, layer_types=["sliding_attention"] * 3,
+          rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **oss)
 
 
 def dequantize_container(d):

@@ -95,6 +95,27 @@ impl TensorView {
         self.file_offset..self.file_offset + self.range.len() as u64
     }
 
+    /// Slice `i` along the outermost dimension (one expert of a fused `[E, ..]` tensor), as a
+    /// view of its own: shape without the first dimension, bytes and file range narrowed.
+    pub fn outer(&self, i: usize) -> Result<TensorView> {
+        let n = self.shape.first().copied().unwrap_or(0);
+        if i >= n || !self.range.len().is_multiple_of(n) {
+            return Err(CoreError::Shape {
+                name: format!("{}[{i}]", self.name),
+                file: self.file.clone(),
+                expected: vec![i + 1],
+                found: self.shape.clone(),
+            });
+        }
+        let each = self.range.len() / n;
+        let mut v = self.clone();
+        v.name = format!("{}[{i}]", self.name);
+        v.shape = self.shape[1..].to_vec();
+        v.range = self.range.start + i * each..self.range.start + (i + 1) * each;
+        v.file_offset = self.file_offset + (i * each) as u64;
+        Ok(v)
+    }
+
     /// Number of elements.
     pub fn numel(&self) -> usize {
         self.shape.iter().product()

@@ -1,7 +1,7 @@
 //! Causal scaled dot-product attention of one query head over a KV cache.
 
 use crate::dot::dot_f32;
-use crate::softmax::softmax_inplace;
+use crate::softmax::{softmax_inplace, softmax_with_sink};
 
 /// Keys and values of one KV head: `n_pos` rows of `head_dim`, `stride` apart, starting at `offset`.
 #[derive(Clone, Copy, Debug)]
@@ -28,16 +28,36 @@ pub fn attend(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
+    attend_window(q, kv, 0..n_pos, scale, None, scores, out)
+}
+
+/// [`attend`] over the positions `span` only (a sliding window ending at the query), with
+/// an optional attention sink: a learned logit that joins the softmax's denominator and
+/// carries no value (gpt-oss). With `span = 0..n` and no sink it performs exactly the
+/// operations of `attend(.., n, ..)`.
+pub fn attend_window(
+    q: &[f32],
+    kv: KvView,
+    span: std::ops::Range<usize>,
+    scale: f32,
+    sink: Option<f32>,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
     let hd = kv.head_dim;
-    let scores = &mut scores[..n_pos];
-    for (j, s) in scores.iter_mut().enumerate() {
+    let first = span.start;
+    let scores = &mut scores[..span.len()];
+    for (j, s) in span.clone().zip(scores.iter_mut()) {
         let k = &kv.keys[j * kv.stride + kv.offset..][..hd];
         *s = dot_f32(q, k) * scale;
     }
-    softmax_inplace(scores);
+    match sink {
+        None => softmax_inplace(scores),
+        Some(sink) => softmax_with_sink(scores, sink),
+    }
     out.fill(0.0);
     for (j, &p) in scores.iter().enumerate() {
-        let v = &kv.values[j * kv.stride + kv.offset..][..out.len()];
+        let v = &kv.values[(first + j) * kv.stride + kv.offset..][..out.len()];
         for (o, &vi) in out.iter_mut().zip(v) {
             *o += p * vi;
         }
@@ -74,6 +94,88 @@ pub fn attend_selected(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The definition in f64: softmax over the window's logits and the sink, then the
+    /// values weighted by all but the sink's probability.
+    fn window_reference(
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        hd: usize,
+        span: std::ops::Range<usize>,
+        scale: f32,
+        sink: Option<f32>,
+    ) -> Vec<f64> {
+        let logits: Vec<f64> = span
+            .clone()
+            .map(|j| {
+                let k = &keys[j * hd..(j + 1) * hd];
+                q.iter()
+                    .zip(k)
+                    .map(|(a, b)| *a as f64 * *b as f64)
+                    .sum::<f64>()
+                    * scale as f64
+            })
+            .collect();
+        let max = logits
+            .iter()
+            .copied()
+            .chain(sink.map(f64::from))
+            .fold(f64::NEG_INFINITY, f64::max);
+        let denom: f64 = logits.iter().map(|l| (l - max).exp()).sum::<f64>()
+            + sink.map_or(0.0, |s| (s as f64 - max).exp());
+        let mut out = vec![0.0; hd];
+        for (l, j) in logits.iter().zip(span) {
+            for (o, v) in out.iter_mut().zip(&values[j * hd..(j + 1) * hd]) {
+                *o += (l - max).exp() / denom * *v as f64;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn windows_and_sinks_follow_the_definition() {
+        let (n, hd) = (29, 8);
+        let keys: Vec<f32> = (0..n * hd)
+            .map(|i| ((i * 7919) % 101) as f32 / 50.0 - 1.0)
+            .collect();
+        let values: Vec<f32> = (0..n * hd)
+            .map(|i| ((i * 104729) % 97) as f32 / 40.0 - 1.2)
+            .collect();
+        let q: Vec<f32> = (0..hd).map(|i| i as f32 / 4.0 - 0.9).collect();
+        let kv = KvView {
+            keys: &keys,
+            values: &values,
+            stride: hd,
+            offset: 0,
+            head_dim: hd,
+        };
+        let mut scores = vec![0.0; n];
+        // A sink far above the logits takes almost all the mass; far below, none.
+        for (span, sink) in [
+            (0..n, None),
+            (21..n, None),
+            (0..n, Some(0.7)),
+            (25..n, Some(-1.3)),
+            (28..n, Some(40.0)),
+            (10..n, Some(-60.0)),
+        ] {
+            let mut out = vec![0.0; hd];
+            attend_window(&q, kv, span.clone(), 0.35, sink, &mut scores, &mut out);
+            let want = window_reference(&q, &keys, &values, hd, span.clone(), 0.35, sink);
+            for (g, w) in out.iter().zip(&want) {
+                assert!(
+                    (*g as f64 - w).abs() < 1e-5,
+                    "{span:?} {sink:?}: {g} vs {w}"
+                );
+            }
+        }
+        // The full span without a sink is `attend`, bit for bit.
+        let (mut a, mut b) = (vec![0.0; hd], vec![0.0; hd]);
+        attend(&q, kv, n, 0.35, &mut scores, &mut a);
+        attend_window(&q, kv, 0..n, 0.35, None, &mut scores, &mut b);
+        assert_eq!(a, b);
+    }
 
     #[test]
     fn selecting_every_position_is_dense_attention_bit_for_bit() {

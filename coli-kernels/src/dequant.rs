@@ -36,6 +36,18 @@ const INT4_PAIRS: [[f32; 2]; 256] = {
     t
 };
 
+/// Both `e2m1` values of a byte (low nibble first) as f32, unscaled.
+const FP4_PAIRS: [[f32; 2]; 256] = {
+    let v = crate::dot::FP4_E2M1_VALUES;
+    let mut t = [[0.0f32; 2]; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = [v[b & 15], v[b >> 4]];
+        b += 1;
+    }
+    t
+};
+
 #[inline(always)]
 fn dequant_generic(fmt: WFormat, row: &[u8], scales: &[f32], block: usize, out: &mut [f32]) {
     match fmt {
@@ -47,7 +59,12 @@ fn dequant_generic(fmt: WFormat, row: &[u8], scales: &[f32], block: usize, out: 
                 }
             }
         }
-        WFormat::I4 => {
+        WFormat::I4 | WFormat::F4E2M1 => {
+            let table = if fmt == WFormat::I4 {
+                &INT4_PAIRS
+            } else {
+                &FP4_PAIRS
+            };
             for (b, (chunk, &s)) in out.chunks_mut(block).zip(scales).enumerate() {
                 let c0 = b * block;
                 if c0.is_multiple_of(2) {
@@ -55,12 +72,12 @@ fn dequant_generic(fmt: WFormat, row: &[u8], scales: &[f32], block: usize, out: 
                     let bytes = &row[c0 / 2..(c0 + chunk.len()).div_ceil(2)];
                     let mut pairs = chunk.chunks_exact_mut(2);
                     for (pair, &byte) in (&mut pairs).zip(bytes) {
-                        let [lo, hi] = INT4_PAIRS[byte as usize];
+                        let [lo, hi] = table[byte as usize];
                         pair[0] = lo * s;
                         pair[1] = hi * s;
                     }
                     if let [last] = pairs.into_remainder() {
-                        *last = ((bytes[bytes.len() - 1] & 15) as i32 - 8) as f32 * s;
+                        *last = table[bytes[bytes.len() - 1] as usize][0] * s;
                     }
                 } else {
                     for (j, o) in chunk.iter_mut().enumerate() {
@@ -148,7 +165,7 @@ mod tests {
         fn every_isa_equals_the_definition(cols in 1usize..300, block in 1usize..130, seed in any::<u64>()) {
             let mut s = seed | 1;
             let mut next = move || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
-            for fmt in [WFormat::I8, WFormat::I4, WFormat::F8E4M3, WFormat::BF16] {
+            for fmt in [WFormat::I8, WFormat::I4, WFormat::F4E2M1, WFormat::F8E4M3, WFormat::BF16] {
                 let row: Vec<u8> = (0..fmt.row_bytes(cols)).map(|_| { let b = (next() >> 24) as u8; if fmt == WFormat::F8E4M3 && b & 0x7F == 0x7F { 0 } else { b } }).collect();
                 let scales: Vec<f32> = (0..cols.div_ceil(block)).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 * 0.1).collect();
                 let want: Vec<u32> = (0..cols).map(|c| (fmt.load(&row, c) * scales[c / block]).to_bits()).collect();
@@ -176,5 +193,31 @@ mod tests {
         assert_eq!(WFormat::I4.load(&[0x9F], 1), 1.0);
         assert_eq!(WFormat::I4.load(&[0x00], 0), -8.0);
         assert_eq!(WFormat::I8.load(&[0xFF], 0), -1.0);
+    }
+
+    #[test]
+    fn fp4_nibbles_decode_as_the_ocp_mx_spec_says_low_first() {
+        // OCP Microscaling Formats v1.0, table for FP4 E2M1: exponent bias 1, no inf/NaN;
+        // 0b0001 is the subnormal 0.5, 0b0111 the maximum 6.0.
+        let spec = |n: u8| {
+            let (s, e, m) = ((n >> 3) & 1, (n >> 1) & 3, n & 1);
+            let mag = if e == 0 {
+                0.5 * m as f32
+            } else {
+                2f32.powi(e as i32 - 1) * (1.0 + 0.5 * m as f32)
+            };
+            if s == 1 {
+                -mag
+            } else {
+                mag
+            }
+        };
+        for b in 0..=255u8 {
+            let (lo, hi) = (WFormat::F4E2M1.load(&[b], 0), WFormat::F4E2M1.load(&[b], 1));
+            assert_eq!(lo.to_bits(), spec(b & 15).to_bits(), "{b:#x} low");
+            assert_eq!(hi.to_bits(), spec(b >> 4).to_bits(), "{b:#x} high");
+        }
+        assert_eq!(WFormat::F4E2M1.load(&[0x7F], 0), -6.0);
+        assert_eq!(WFormat::F4E2M1.load(&[0x7F], 1), 6.0);
     }
 }

@@ -31,7 +31,16 @@ pub enum WFormat {
     /// Signed 4-bit integers stored as `q + 8` in nibbles, even column in the low nibble
     /// (coli containers: one f32 scale per 64 columns of a row).
     I4,
+    /// OCP MX FP4 (`e2m1`: sign, 2 exponent bits, 1 mantissa bit) stored two per byte,
+    /// even column in the low nibble (gpt-oss' MXFP4 `_blocks`, DeepSeek-V4's FP4 experts;
+    /// scaled per 32 columns).
+    F4E2M1,
 }
+
+/// The 16 `e2m1` values, by nibble.
+pub const FP4_E2M1_VALUES: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
 
 impl WFormat {
     /// Bytes per element (packed formats: per byte-aligned element, 1).
@@ -39,14 +48,14 @@ impl WFormat {
         match self {
             WFormat::F32 => 4,
             WFormat::BF16 | WFormat::F16 => 2,
-            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 => 1,
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 => 1,
         }
     }
 
     /// Bytes of a row of `cols` elements.
     pub fn row_bytes(self, cols: usize) -> usize {
         match self {
-            WFormat::I4 => cols.div_ceil(2),
+            WFormat::I4 | WFormat::F4E2M1 => cols.div_ceil(2),
             f => cols * f.size(),
         }
     }
@@ -76,6 +85,10 @@ impl WFormat {
                 let b = row[i / 2];
                 let nib = if i.is_multiple_of(2) { b & 15 } else { b >> 4 };
                 (nib as i32 - 8) as f32
+            }
+            WFormat::F4E2M1 => {
+                let b = row[i / 2];
+                FP4_E2M1_VALUES[if i.is_multiple_of(2) { b & 15 } else { b >> 4 } as usize]
             }
         }
     }
@@ -272,7 +285,7 @@ pub(crate) mod x86 {
         let main = x.len() / LANES * LANES;
         let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
         match fmt {
-            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 => {
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 => {
                 unreachable!("quantized rows take the scalar path")
             }
             WFormat::F32 => {
@@ -335,7 +348,7 @@ pub(crate) mod x86 {
         let main = x.len() / LANES * LANES;
         let mut acc = [_mm512_setzero_ps(); R];
         match fmt {
-            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 => {
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 => {
                 unreachable!("quantized rows take the scalar path")
             }
             WFormat::F32 => {
@@ -370,7 +383,7 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     unsafe fn load16(fmt: WFormat, p: *const u8, i: usize) -> __m512 {
         match fmt {
-            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 => {
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 => {
                 unreachable!("quantized rows take the scalar path")
             }
             WFormat::F32 => _mm512_loadu_ps(p.cast::<f32>().add(i)),
@@ -419,7 +432,7 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn load8x2(fmt: WFormat, p: *const u8, i: usize) -> (__m256, __m256) {
         match fmt {
-            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 => {
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 => {
                 unreachable!("quantized rows take the scalar path")
             }
             WFormat::F32 => {
@@ -491,7 +504,7 @@ mod tests {
                     })
                     .unwrap()],
                 WFormat::I8 => vec![(x.round().clamp(-128.0, 127.0) as i8) as u8],
-                WFormat::I4 => unreachable!("packed: two elements per byte"),
+                WFormat::I4 | WFormat::F4E2M1 => unreachable!("packed: two elements per byte"),
             })
             .collect()
     }

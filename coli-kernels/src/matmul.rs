@@ -436,12 +436,12 @@ mod tests {
             }
         }
 
-        /// Scaled formats (FP8, int8, int4) with block scales and partial edge blocks:
+        /// Scaled formats (FP8, int8, int4, FP4) with block scales and partial edge blocks:
         /// batched, parallel, SIMD == the scalar reference on the dequantized rows == a plain
         /// f32 matrix holding the dequantized values; one row at a time (`dot_row`) too.
         #[test]
-        fn scaled_matmul_equals_reference(fmt_i in 0usize..3, rows in 1usize..70, cols in 1usize..90, n_tok in 1usize..5, br in 1usize..40, bc in 1usize..50, seed in any::<u64>(), threads in 1usize..3) {
-            let fmt = [WFormat::F8E4M3, WFormat::I8, WFormat::I4][fmt_i];
+        fn scaled_matmul_equals_reference(fmt_i in 0usize..4, rows in 1usize..70, cols in 1usize..90, n_tok in 1usize..5, br in 1usize..40, bc in 1usize..50, seed in any::<u64>(), threads in 1usize..3) {
+            let fmt = [WFormat::F8E4M3, WFormat::I8, WFormat::I4, WFormat::F4E2M1][fmt_i];
             let mut s = seed | 1;
             let mut next = move || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
             let rb = fmt.row_bytes(cols);

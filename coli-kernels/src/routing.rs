@@ -78,6 +78,26 @@ pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
+/// Top-k of the raw logits, then a softmax over the chosen ones only (gpt-oss'
+/// `GptOssTopKRouter`): weights sum to 1 over the k experts. Ties go to the lower index.
+/// Writes expert ids and weights in rank order (best first).
+pub fn top_k_softmax(
+    logits: &[f32],
+    k: usize,
+    order: &mut Vec<usize>,
+    experts: &mut [usize],
+    weights: &mut [f32],
+) {
+    assert_eq!(experts.len(), k);
+    assert_eq!(weights.len(), k);
+    let top = top_k_indices(logits, k, order);
+    experts.copy_from_slice(top);
+    for (w, &e) in weights.iter_mut().zip(top) {
+        *w = logits[e];
+    }
+    crate::softmax::softmax_inplace(weights);
+}
+
 /// Sigmoid top-k routing with a selection bias and group limits, as `transformers`'
 /// `DeepseekV3TopkRouter`: scores = sigmoid(logits); choice = scores + bias; each group is
 /// rated by the sum of its two best choices; the `topk_group` best groups stay, the others'
@@ -143,6 +163,22 @@ pub fn sigmoid_group_top_k(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn top_k_softmax_normalises_over_the_chosen_logits_only() {
+        let logits = [0.5f32, 2.0, -1.0, 2.0, 1.0];
+        let (mut order, mut ex, mut w) = (Vec::new(), [0usize; 3], [0f32; 3]);
+        top_k_softmax(&logits, 3, &mut order, &mut ex, &mut w);
+        // The tie at 2.0 goes to the lower index first.
+        assert_eq!(ex, [1, 3, 4]);
+        let z = 2.0f64.exp() * 2.0 + 1.0f64.exp();
+        for (got, want) in w
+            .iter()
+            .zip([2.0f64.exp() / z, 2.0f64.exp() / z, 1.0f64.exp() / z])
+        {
+            assert!((*got as f64 - want).abs() < 1e-7, "{got} vs {want}");
+        }
+    }
 
     #[test]
     fn grouped_sigmoid_selects_with_bias_and_weighs_without() {

@@ -13,6 +13,22 @@ pub fn softmax_inplace(x: &mut [f32]) {
     }
 }
 
+/// Softmax in place over `x` and one more logit, `sink`, whose probability is dropped:
+/// `exp(x - m) / (sum + exp(sink - m))` with `m` the maximum of both, the sink's term added
+/// after the left-to-right sum (attention sinks).
+pub fn softmax_with_sink(x: &mut [f32], sink: f32) {
+    let max = x.iter().copied().fold(sink, f32::max);
+    let mut sum = 0.0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    sum += (sink - max).exp();
+    for v in x.iter_mut() {
+        *v /= sum;
+    }
+}
+
 /// `log(sum(exp(x)))`, stable, accumulated in f64 (used for NLL).
 pub fn log_sum_exp(x: &[f32]) -> f64 {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;

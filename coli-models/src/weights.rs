@@ -113,6 +113,83 @@ impl Linear {
         })
     }
 
+    /// Expert `e` of a fused MXFP4 tensor as the gpt-oss releases store it: `{name}_blocks`
+    /// `[E, rows, cols / 32, 16]` (two `e2m1` values per byte, even column low) and
+    /// `{name}_scales` `[E, rows, cols / 32]` (E8M0: `2^(s - 127)`, read once here), with the
+    /// row of `{name}_bias` `[E, rows]` as the bias. Errors name the tensor: a scale of 255
+    /// (NaN in E8M0) or a width that is not a multiple of 32.
+    pub fn load_mxfp4_expert(
+        dir: &ModelDir,
+        name: &str,
+        e: usize,
+        n_experts: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Linear> {
+        const BLOCK: usize = 32;
+        let bad = |n: &str, msg: String| crate::error::ModelError::BadTensor {
+            name: n.to_string(),
+            msg,
+        };
+        let blocks_name = format!("{name}_blocks");
+        if !cols.is_multiple_of(BLOCK) {
+            return Err(bad(
+                &blocks_name,
+                format!("MXFP4 rows of {cols} elements are not whole blocks of {BLOCK}"),
+            ));
+        }
+        let groups = cols / BLOCK;
+        let blocks = dir.tensor_shaped(&blocks_name, &[n_experts, rows, groups, BLOCK / 2])?;
+        if blocks.dtype()? != DType::U8 {
+            return Err(bad(
+                &blocks_name,
+                format!("expected U8, found {}", blocks.dtype_name),
+            ));
+        }
+        let scales_name = format!("{name}_scales");
+        let scales = dir.tensor_shaped(&scales_name, &[n_experts, rows, groups])?;
+        if scales.dtype()? != DType::U8 {
+            return Err(bad(
+                &scales_name,
+                format!("expected U8 (E8M0), found {}", scales.dtype_name),
+            ));
+        }
+        let raw = scales.outer(e)?.read_bytes()?;
+        if let Some(i) = raw.iter().position(|&s| s == 255) {
+            return Err(bad(
+                &scales_name,
+                format!("expert {e}: scale {i} is 255, NaN in E8M0"),
+            ));
+        }
+        // 2^(s - 127) for s in 0..=254 is a normal or subnormal f32 power of two: exact.
+        let values: Vec<f32> = raw
+            .iter()
+            .map(|&s| (2f64).powi(s as i32 - 127) as f32)
+            .collect();
+        let bias_name = format!("{name}_bias");
+        let bias = dir
+            .tensor_shaped(&bias_name, &[n_experts, rows])?
+            .outer(e)?
+            .to_f32_vec()?;
+        Ok(Linear {
+            view: blocks.outer(e)?,
+            fmt: WFormat::F4E2M1,
+            rows,
+            cols,
+            bias: Some(bias),
+            scales: Some(Scales {
+                values: values.into(),
+                block_rows: 1,
+                block_cols: BLOCK,
+            }),
+        })
+    }
+
+    /// The bias, if the layer has one.
+    pub fn bias(&self) -> Option<&[f32]> {
+        self.bias.as_deref()
+    }
+
     /// Loads `{prefix}.weight` and, if `bias`, `{prefix}.bias`.
     pub fn load_prefixed(
         dir: &ModelDir,

@@ -34,6 +34,8 @@ pub const TINY_FIXTURES: &[&str] = &[
     "deepseek_v3_int8_container",
     "glm5_dsa_full",
     "glm5_dsa_shared_group_yarn",
+    "gpt_oss_window_yarn",
+    "gpt_oss_clamp_top3",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

@@ -20,7 +20,7 @@ fn location(path: &Path, offset: u64, len: usize) -> ExpertLocation {
         scales: None,
     };
     ExpertLocation {
-        parts: [m(0), m(1), m(2)],
+        parts: vec![m(0), m(1), m(2)],
     }
 }
 

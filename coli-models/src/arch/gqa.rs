@@ -2,7 +2,7 @@
 //! optional q/k RMSNorm and clipping, RoPE, a per-head KV cache, causal softmax attention.
 
 use coli_core::ModelDir;
-use coli_kernels::attention::{attend, KvView};
+use coli_kernels::attention::{attend_window, KvView};
 use rayon::prelude::*;
 
 use super::scratch::grow;
@@ -47,6 +47,11 @@ pub struct Attention {
     pub qk_norm: QkNorm,
     /// Clamp q, k and v to ±this (OLMoE's `clip_qkv`).
     pub clip_qkv: Option<f32>,
+    /// Attend to at most this many positions, the query's own included (gpt-oss' sliding
+    /// layers: key `j` is seen from query `i` when `i - j < window`).
+    pub window: Option<usize>,
+    /// One learned logit per query head that joins the softmax's denominator (gpt-oss).
+    pub sinks: Option<Vec<f32>>,
 }
 
 /// One position's q, k, v rows and its KV cache rows, as the position loop hands them out.
@@ -82,6 +87,8 @@ impl Attention {
             o_proj: w("o_proj", h, qd, o_bias)?,
             qk_norm: QkNorm::None,
             clip_qkv: None,
+            window: None,
+            sinks: None,
         })
     }
 
@@ -229,7 +236,10 @@ impl Attention {
                         head_dim: hd,
                     };
                     let q = &q[t * qd + head * hd..][..hd];
-                    attend(q, view, start + t + 1, scale, scores, out);
+                    let end = start + t + 1;
+                    let first = self.window.map_or(0, |w| end.saturating_sub(w));
+                    let sink = self.sinks.as_ref().map(|s| s[head]);
+                    attend_window(q, view, first..end, scale, sink, scores, out);
                 }
             });
     }

@@ -71,9 +71,7 @@ impl Transformer {
                             layer: li,
                             expert: e,
                         };
-                        v.extend(
-                            [&mut m.gate_proj, &mut m.up_proj, &mut m.down_proj].map(|x| (role, x)),
-                        );
+                        v.extend(m.linears_mut().into_iter().map(|x| (role, x)));
                     }
                 }
             }

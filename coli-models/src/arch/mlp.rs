@@ -1,8 +1,10 @@
 //! The SwiGLU MLP `down(silu(gate x) * up x)`: dense layers, shared experts, and each
-//! routed expert (read in place or handed over by the expert store).
+//! routed expert (read in place or handed over by the expert store); and gpt-oss' clamped
+//! GLU expert over one interleaved gate/up projection.
 
 use coli_core::ModelDir;
 use coli_kernels::norm::swiglu_inplace;
+use coli_kernels::routing::sigmoid;
 use coli_kernels::MatRef;
 
 use super::scratch::{grow, MlpScratch};
@@ -83,4 +85,142 @@ pub(crate) fn forward_mats(
     coli_kernels::matmul::matmul_many([&gate_m, &up_m], xs, n, [&mut *g, &mut *u]);
     swiglu_inplace(g, u);
     coli_kernels::matmul::matmul(&down_m, g, n, out);
+}
+
+/// gpt-oss' expert: one projection `gate_up` `[2 * inter, hidden]` whose even rows are the
+/// gate and odd rows the up projection, then `down` `[hidden, inter]`, both with biases:
+/// `down((clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g))` with `g = min(gate, limit)`.
+#[derive(Clone, Debug)]
+pub struct GluExpert {
+    /// `[2 * intermediate, hidden]`, gate and up rows interleaved, with a bias.
+    pub gate_up: Linear,
+    /// `[hidden, intermediate]`, with a bias.
+    pub down: Linear,
+    /// The activation's constants.
+    pub act: ClampedGlu,
+}
+
+/// `swiglu_alpha` and `swiglu_limit` of gpt-oss.
+#[derive(Clone, Copy, Debug)]
+pub struct ClampedGlu {
+    /// Sigmoid gain.
+    pub alpha: f32,
+    /// Clamp of the gate (above) and of up (both sides).
+    pub limit: f32,
+}
+
+impl ClampedGlu {
+    /// `out[i] = (clamp(up_i) + 1) * g_i * sigmoid(alpha g_i)` over the interleaved pairs
+    /// `(gate_i, up_i)` of `gate_up` (as `GptOssExperts._apply_gate`).
+    pub fn apply(&self, gate_up: &[f32], out: &mut [f32]) {
+        assert_eq!(gate_up.len(), 2 * out.len());
+        let (alpha, limit) = (self.alpha, self.limit);
+        for (o, pair) in out.iter_mut().zip(gate_up.chunks_exact(2)) {
+            let g = pair[0].min(limit);
+            let u = pair[1].clamp(-limit, limit);
+            *o = (u + 1.0) * (g * sigmoid(g * alpha));
+        }
+    }
+}
+
+impl GluExpert {
+    /// Intermediate width.
+    pub fn inter(&self) -> usize {
+        self.down.cols
+    }
+
+    /// `out = expert(xs)` for `n` rows (`s.gate` holds the fused projection, `s.up` the
+    /// activation).
+    pub(crate) fn forward(&self, n: usize, xs: &[f32], s: &mut MlpScratch, out: &mut [f32]) {
+        let mats = [self.gate_up.mat(), self.down.mat()];
+        let biases = [self.gate_up.bias(), self.down.bias()];
+        glu_forward_mats(mats, biases, self.act, n, xs, s, out);
+    }
+}
+
+/// [`GluExpert::forward`] on kernel matrices and their biases (a streamed expert): the same
+/// kernels and the same bias additions, so the same bits as reading the expert in place.
+pub(crate) fn glu_forward_mats(
+    [gate_up_m, down_m]: [MatRef; 2],
+    [gate_up_b, down_b]: [Option<&[f32]>; 2],
+    act: ClampedGlu,
+    n: usize,
+    xs: &[f32],
+    s: &mut MlpScratch,
+    out: &mut [f32],
+) {
+    let (two, inter) = (gate_up_m.rows, down_m.cols);
+    let (gu, a) = (&mut s.gate[..n * two], &mut s.up[..n * inter]);
+    coli_kernels::matmul::matmul(&gate_up_m, xs, n, gu);
+    add_bias(gu, gate_up_b);
+    for (row, o) in gu.chunks_exact(two).zip(a.chunks_exact_mut(inter)) {
+        act.apply(row, o);
+    }
+    coli_kernels::matmul::matmul(&down_m, a, n, out);
+    add_bias(out, down_b);
+}
+
+/// Adds `bias` to every row of `rows` (nothing when absent).
+fn add_bias(rows: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        for row in rows.chunks_exact_mut(b.len()) {
+            for (o, &bi) in row.iter_mut().zip(b) {
+                *o += bi;
+            }
+        }
+    }
+}
+
+/// A routed expert: the SwiGLU most families use, or gpt-oss' clamped GLU.
+// Experts live side by side in one Vec built at load; boxing the larger variant would add a
+// pointer chase per expert for ~200 bytes saved each.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug)]
+pub enum Expert {
+    /// Gate, up and down projections.
+    SwiGlu(Mlp),
+    /// One interleaved gate/up projection and down, with biases.
+    Glu(GluExpert),
+}
+
+impl Expert {
+    /// Intermediate width.
+    pub fn inter(&self) -> usize {
+        match self {
+            Expert::SwiGlu(m) => m.inter(),
+            Expert::Glu(g) => g.inter(),
+        }
+    }
+
+    /// Width of the `gate` scratch row it needs.
+    pub(crate) fn gate_width(&self) -> usize {
+        match self {
+            Expert::SwiGlu(m) => m.inter(),
+            Expert::Glu(g) => g.gate_up.rows,
+        }
+    }
+
+    /// Its weight matrices, in the order the expert store reads them.
+    pub fn linears(&self) -> Vec<&Linear> {
+        match self {
+            Expert::SwiGlu(m) => vec![&m.gate_proj, &m.up_proj, &m.down_proj],
+            Expert::Glu(g) => vec![&g.gate_up, &g.down],
+        }
+    }
+
+    /// Its weight matrices, mutably (conversion re-points them).
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        match self {
+            Expert::SwiGlu(m) => vec![&mut m.gate_proj, &mut m.up_proj, &mut m.down_proj],
+            Expert::Glu(g) => vec![&mut g.gate_up, &mut g.down],
+        }
+    }
+
+    /// `out = expert(xs)` for `n` rows.
+    pub(crate) fn forward(&self, n: usize, xs: &[f32], s: &mut MlpScratch, out: &mut [f32]) {
+        match self {
+            Expert::SwiGlu(m) => m.forward(n, xs, s, out),
+            Expert::Glu(g) => g.forward(n, xs, s, out),
+        }
+    }
 }

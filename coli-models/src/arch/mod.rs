@@ -33,7 +33,7 @@ pub use self::kv::{KvCache, KvLayout, KvShape};
 pub use self::layer::{Ffn, Layer, Mixer};
 pub use self::linears::LinearRole;
 pub use self::mla::{Mla, MlaQuery};
-pub use self::mlp::Mlp;
+pub use self::mlp::{ClampedGlu, Expert, GluExpert, Mlp};
 pub use self::moe::{Moe, Routing, SharedExpert};
 pub use self::scratch::Scratch;
 use crate::experts::ExpertStore;

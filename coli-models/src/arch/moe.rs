@@ -7,7 +7,7 @@ use coli_core::ModelDir;
 use coli_kernels::norm::rms_norm;
 use coli_kernels::routing::{sigmoid, sigmoid_group_top_k, softmax_top_k, GroupedSigmoid};
 
-use super::mlp::{forward_mats, Mlp};
+use super::mlp::{forward_mats, glu_forward_mats, Expert, Mlp};
 use super::scratch::{grow, MoeScratch};
 use super::{Ffn, Scratch, Step};
 use crate::error::Result;
@@ -22,6 +22,8 @@ pub enum Routing {
         /// Renormalise the top-k weights to sum to 1.
         norm_topk_prob: bool,
     },
+    /// Top-k of the logits, then a softmax over the chosen ones (gpt-oss).
+    TopKSoftmax,
     /// Sigmoid scores, bias-corrected group-limited selection (DeepSeek-V3, GLM-4.5).
     GroupedSigmoid {
         /// `e_score_correction_bias` (selection only).
@@ -52,7 +54,7 @@ pub struct Moe {
     /// Router `[n_experts, hidden]`.
     pub router: Linear,
     /// The routed experts.
-    pub experts: Vec<Mlp>,
+    pub experts: Vec<Expert>,
     /// Experts per token.
     pub top_k: usize,
     /// Routing rule.
@@ -94,7 +96,13 @@ impl Moe {
     /// Sizes routing and gather buffers for `n` tokens of width `h`.
     pub(crate) fn reserve(&self, s: &mut Scratch, n: usize, h: usize) {
         let (e, k) = (self.experts.len(), self.top_k);
-        let ei = self.experts.iter().map(Mlp::inter).max().unwrap_or(0);
+        let ei = self.experts.iter().map(Expert::inter).max().unwrap_or(0);
+        let gw = self
+            .experts
+            .iter()
+            .map(Expert::gate_width)
+            .max()
+            .unwrap_or(0);
         if let Some(sh) = &self.shared {
             sh.mlp.reserve(&mut s.ffn, n);
             grow(&mut s.moe.shared_gate, n);
@@ -106,7 +114,7 @@ impl Moe {
         grow(&mut m.gathered, n * k * h);
         grow(&mut m.expert_out, n * k * h);
         grow(&mut m.expert_y, n * k * h);
-        grow(&mut s.ffn.gate, n * k * ei);
+        grow(&mut s.ffn.gate, n * k * gw);
         grow(&mut s.ffn.up, n * k * ei);
         if m.order.capacity() < e {
             m.order.reserve(e);
@@ -154,6 +162,9 @@ impl Moe {
                     experts,
                     weights,
                 ),
+                Routing::TopKSoftmax => {
+                    coli_kernels::routing::top_k_softmax(logits, k, &mut s.order, experts, weights)
+                }
                 Routing::GroupedSigmoid {
                     bias,
                     n_group,
@@ -229,7 +240,21 @@ impl Moe {
                 None => self.experts[ex].forward(rows, xs, &mut s.ffn, y),
                 Some(ctx) => {
                     let e = ctx.store.get(ctx.layer, ex)?;
-                    forward_mats([e.mat(0), e.mat(1), e.mat(2)], rows, xs, &mut s.ffn, y)
+                    match &self.experts[ex] {
+                        Expert::SwiGlu(_) => {
+                            forward_mats([e.mat(0), e.mat(1), e.mat(2)], rows, xs, &mut s.ffn, y)
+                        }
+                        // Biases and constants stay resident; the store has the matrices.
+                        Expert::Glu(g) => glu_forward_mats(
+                            [e.mat(0), e.mat(1)],
+                            [g.gate_up.bias(), g.down.bias()],
+                            g.act,
+                            rows,
+                            xs,
+                            &mut s.ffn,
+                            y,
+                        ),
+                    }
                 }
             }
             for (j, &slot) in m.slots[begin..end].iter().enumerate() {
@@ -398,7 +423,7 @@ pub fn load_experts(
     names: [&str; 3],
     hidden: usize,
     inter: usize,
-) -> Result<Vec<Mlp>> {
+) -> Result<Vec<Expert>> {
     (0..count)
         .map(|e| {
             let full = names.map(|n| format!("{prefix}.{e}.{n}"));
@@ -409,6 +434,7 @@ pub fn load_experts(
                 inter,
                 false,
             )
+            .map(Expert::SwiGlu)
         })
         .collect()
 }

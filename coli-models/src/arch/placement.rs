@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{Ffn, Mlp, Transformer};
+use super::{Expert, Ffn, Transformer};
 use crate::error::Result;
 use crate::experts::{
     available_memory, ExpertLocation, ExpertStore, MatrixLocation, Placement, StoreConfig,
@@ -37,9 +37,9 @@ fn matrix_location(l: &Linear) -> MatrixLocation {
     }
 }
 
-fn expert_location(m: &Mlp) -> ExpertLocation {
+fn expert_location(m: &Expert) -> ExpertLocation {
     ExpertLocation {
-        parts: [&m.gate_proj, &m.up_proj, &m.down_proj].map(matrix_location),
+        parts: m.linears().into_iter().map(matrix_location).collect(),
     }
 }
 
@@ -57,7 +57,8 @@ impl Transformer {
                 c.moe_layers += 1;
                 c.experts_per_layer = c.experts_per_layer.max(moe.experts.len());
                 for m in &moe.experts {
-                    let b: u64 = [&m.gate_proj, &m.up_proj, &m.down_proj]
+                    let b: u64 = m
+                        .linears()
                         .iter()
                         .map(|l| l.view().bytes().len() as u64)
                         .sum();

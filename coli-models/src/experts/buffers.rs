@@ -97,10 +97,10 @@ impl BufPool {
 pub struct ExpertBuf {
     pub(crate) buf: Option<AlignedBuf>,
     /// Each part's shard mapping, when served in place.
-    pub(crate) mapped: Option<[Arc<memmap2::Mmap>; 3]>,
+    pub(crate) mapped: Option<Vec<Arc<memmap2::Mmap>>>,
     pub(crate) pool: Arc<BufPool>,
     /// Where each part (gate, up, down) starts in the buffer, or in its shard's mapping.
-    pub(crate) offsets: [usize; 3],
+    pub(crate) offsets: [usize; super::io::MAX_PARTS],
 }
 
 impl ExpertBuf {

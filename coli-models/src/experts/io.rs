@@ -39,11 +39,15 @@ pub struct MatrixLocation {
     pub scales: Option<Scales>,
 }
 
-/// Where an expert's gate, up and down matrices are.
+/// Most matrices an expert has (SwiGLU: gate, up, down; gpt-oss: gate_up, down).
+pub const MAX_PARTS: usize = 3;
+
+/// Where an expert's matrices are, in the order its forward takes them (at most
+/// [`MAX_PARTS`]).
 #[derive(Clone, Debug)]
 pub struct ExpertLocation {
-    /// Gate, up, down.
-    pub parts: [MatrixLocation; 3],
+    /// SwiGLU: gate, up, down; gpt-oss: gate_up, down.
+    pub parts: Vec<MatrixLocation>,
 }
 
 /// One matrix of an expert on disk (the file as an index into the store's files).
@@ -58,35 +62,44 @@ pub(crate) struct Part {
     pub(crate) scales: Option<Scales>,
 }
 
-/// An expert's parts, and whether one read covers all three.
+/// An expert's parts, and whether one read covers them all.
 #[derive(Clone, Debug)]
 pub(crate) struct ExpertLoc {
-    pub(crate) parts: [Part; 3],
-    /// One read covers all three (same file, little else between them).
+    pub(crate) parts: Vec<Part>,
+    /// One read covers every part (same file, little else between them).
     pub(crate) coalesced: bool,
 }
 
 impl ExpertLoc {
     /// The store's form of `loc`, its files numbered in `paths` (added when new).
     pub(crate) fn new(loc: &ExpertLocation, paths: &mut Vec<PathBuf>) -> ExpertLoc {
-        let parts = loc.parts.clone().map(|m| {
-            let file = match paths.iter().position(|p| *p == m.path) {
-                Some(i) => i,
-                None => {
-                    paths.push(m.path);
-                    paths.len() - 1
+        assert!(
+            (1..=MAX_PARTS).contains(&loc.parts.len()),
+            "an expert has 1 to {MAX_PARTS} matrices"
+        );
+        let parts: Vec<Part> = loc
+            .parts
+            .iter()
+            .cloned()
+            .map(|m| {
+                let file = match paths.iter().position(|p| *p == m.path) {
+                    Some(i) => i,
+                    None => {
+                        paths.push(m.path);
+                        paths.len() - 1
+                    }
+                };
+                Part {
+                    file,
+                    offset: m.offset,
+                    len: m.len,
+                    fmt: m.fmt,
+                    rows: m.rows,
+                    cols: m.cols,
+                    scales: m.scales,
                 }
-            };
-            Part {
-                file,
-                offset: m.offset,
-                len: m.len,
-                fmt: m.fmt,
-                rows: m.rows,
-                cols: m.cols,
-                scales: m.scales,
-            }
-        });
+            })
+            .collect();
         let same_file = parts.iter().all(|p| p.file == parts[0].file);
         let total: u64 = parts.iter().map(|p| p.len as u64).sum();
         let mut loc = ExpertLoc {
@@ -175,7 +188,7 @@ impl Shared {
             .take()
             .map_err(|e| format!("reading expert {expert} of layer {layer}: {e}"))?;
         let t0 = Instant::now();
-        let mut offsets = [0usize; 3];
+        let mut offsets = [0usize; MAX_PARTS];
         let mut bytes = 0u64;
         let dst = buf.as_mut_slice();
         let err = |p: &Part, e: io::Error| {
@@ -246,9 +259,9 @@ impl Shared {
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(ExpertBuf {
             buf: None,
-            mapped: Some(loc.parts.clone().map(|p| maps[p.file].clone())),
+            mapped: Some(loc.parts.iter().map(|p| maps[p.file].clone()).collect()),
             pool: self.pool.clone(),
-            offsets: loc.parts.clone().map(|p| p.offset as usize),
+            offsets: std::array::from_fn(|i| loc.parts.get(i).map_or(0, |p| p.offset as usize)),
         })
     }
 }

@@ -56,7 +56,8 @@ pub struct ExpertHandle<'a> {
 }
 
 impl ExpertHandle<'_> {
-    /// Matrix `i` (0 gate, 1 up, 2 down).
+    /// Matrix `i`, in the expert's order (SwiGLU: 0 gate, 1 up, 2 down; gpt-oss: 0
+    /// gate_up, 1 down).
     pub fn mat(&self, i: usize) -> MatRef<'_> {
         let p = &self.loc.parts[i];
         let bytes = self.buf.part(i, p.len);

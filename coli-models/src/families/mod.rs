@@ -7,6 +7,7 @@
 pub mod deepseek_v3;
 pub mod glm4_moe;
 pub mod glm_moe_dsa;
+pub mod gpt_oss;
 pub mod llama;
 pub mod mixtral;
 pub mod olmoe;
@@ -197,6 +198,7 @@ pub static FAMILIES: &[FamilyDescriptor] = &[
     descriptor::<deepseek_v3::DeepseekV3>(),
     descriptor::<glm4_moe::Glm4Moe>(),
     descriptor::<glm_moe_dsa::GlmMoeDsa>(),
+    descriptor::<gpt_oss::GptOss>(),
 ];
 
 /// All supported `model_type` spellings, comma-separated.
