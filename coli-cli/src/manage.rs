@@ -182,7 +182,7 @@ pub(crate) fn convert(a: ConvertArgs) -> Outcome {
     };
     let mut bar = progress_bar("convert (%)");
     let mut shown = None;
-    convert(&a.model, &a.out, &opts, |done, total| {
+    let report = convert(&a.model, &a.out, &opts, |done, total| {
         let pct = (done * 100 / total.max(1)) as usize;
         if shown != Some(pct) {
             shown = Some(pct);
@@ -190,6 +190,13 @@ pub(crate) fn convert(a: ConvertArgs) -> Outcome {
         }
     })
     .map_err(|e| e.to_string())?;
+    if let Some(first) = report.fused_experts_kept.first() {
+        eprintln!(
+            "note: {} tensors hold every expert of a layer in MXFP4 (e.g. {first}); they are kept as stored, --experts {} applies to per-expert tensors only",
+            report.fused_experts_kept.len(),
+            a.experts
+        );
+    }
     eprintln!("converted {} -> {}", a.model.display(), a.out.display());
     Ok(0)
 }

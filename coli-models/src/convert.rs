@@ -194,6 +194,16 @@ struct ConvertPlan {
     role_of: HashMap<String, (LinearRole, Linear)>,
     units: Vec<Unit>,
     fp8_left: bool,
+    /// Tensors holding every expert of a layer (gpt-oss' MXFP4 blocks), copied as stored.
+    fused_kept: Vec<String>,
+}
+
+/// What a finished conversion wants the user to know.
+#[derive(Clone, Debug, Default)]
+pub struct ConvertReport {
+    /// Tensors that hold all the experts of a layer at once (gpt-oss' MXFP4 `_blocks`,
+    /// already 4.25 bits per weight): copied as stored, whatever `--experts` says.
+    pub fused_experts_kept: Vec<String>,
 }
 
 /// Converts `input` into a new container at `out`, reporting `(bytes done, bytes total)`.
@@ -202,7 +212,7 @@ pub fn convert(
     out: &Path,
     opts: &ConvertOptions,
     progress: impl FnMut(u64, u64),
-) -> Result<()> {
+) -> Result<ConvertReport> {
     let fail = |msg: String| ModelError::Import {
         path: out.to_path_buf(),
         msg,
@@ -236,7 +246,9 @@ pub fn convert(
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
-    result
+    result.map(|()| ConvertReport {
+        fused_experts_kept: plan.fused_kept,
+    })
 }
 
 /// Units: one per routed expert (its three matrices), one per other tensor; scale tensors
@@ -250,6 +262,16 @@ fn plan_units(dir: &ModelDir, opts: &ConvertOptions) -> Result<ConvertPlan> {
         .map(|(role, l)| (l.view().name.clone(), (role, l.clone())))
         .collect();
     drop(model);
+    // An expert read as slice `[e]` of a tensor holding the whole layer's experts.
+    let mut fused_kept: Vec<String> = role_of
+        .iter()
+        .filter(|(_, (role, _))| matches!(role, LinearRole::Expert { .. }))
+        .filter_map(|(name, _)| name.strip_suffix(']')?.rsplit_once('[').map(|(t, _)| t))
+        .filter(|t| dir.has(t))
+        .map(str::to_string)
+        .collect();
+    fused_kept.sort();
+    fused_kept.dedup();
     let mut dropped: Vec<String> = Vec::new();
     for (name, (_, l)) in &role_of {
         if l.scales().is_some() {
@@ -297,6 +319,7 @@ fn plan_units(dir: &ModelDir, opts: &ConvertOptions) -> Result<ConvertPlan> {
         role_of,
         units: others.into_iter().chain(experts.into_values()).collect(),
         fp8_left,
+        fused_kept,
     })
 }
 

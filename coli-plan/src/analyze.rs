@@ -321,12 +321,22 @@ fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
                     *experts.entry((layer, expert)).or_insert(0) += bytes;
                     a.expert_bytes += bytes;
                 }
+                TensorClass::FusedExperts { layer } => {
+                    // Slice e of the first dimension is expert e.
+                    let n = e.shape.first().copied().unwrap_or(1).max(1) as u64;
+                    for expert in 0..n as usize {
+                        *experts.entry((layer, expert)).or_insert(0) += bytes / n;
+                    }
+                    a.expert_bytes += bytes;
+                }
                 TensorClass::SharedExpert { .. } => a.shared_expert_bytes += bytes,
                 TensorClass::Indexer { .. } => a.indexer_bytes += bytes,
                 TensorClass::Mtp { .. } => a.mtp_bytes += bytes,
             }
             let by_dtype = match class {
-                TensorClass::Expert { .. } => Some(&mut a.expert_dtype_bytes),
+                TensorClass::Expert { .. } | TensorClass::FusedExperts { .. } => {
+                    Some(&mut a.expert_dtype_bytes)
+                }
                 TensorClass::Mtp { .. } => None,
                 _ => Some(&mut a.resident_dtype_bytes),
             };

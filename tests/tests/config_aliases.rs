@@ -110,3 +110,8 @@ fn glm4_moe_rope_parameters_as_transformers_5_writes_them() {
     });
     assert_eq!(logits(v5.path(), ids).unwrap(), want);
 }
+
+#[test]
+fn gpt_oss_num_experts() {
+    check_alias("gpt_oss_window_yarn", "num_experts", "num_local_experts");
+}

@@ -128,3 +128,37 @@ fn an_existing_output_is_refused_and_left_alone() {
     let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
     assert_eq!(names.len(), 1);
 }
+
+/// gpt-oss: the MXFP4 expert tensors (every expert of a layer in one tensor) are copied
+/// byte for byte and reported; `--dense bf16` keeps the rest lossless, so the container
+/// gives the source's bits.
+#[test]
+fn gpt_oss_keeps_its_mxfp4_experts_and_reports_them() {
+    let src = fixtures_dir().join("gpt_oss_window_yarn");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("c");
+    let report = convert(&src, &out, &opts(Target::Int8, Target::Bf16), |_, _| {}).unwrap();
+    assert_eq!(report.fused_experts_kept.len(), 8, "{report:?}");
+    assert!(report
+        .fused_experts_kept
+        .iter()
+        .all(|n| n.ends_with("_proj_blocks")));
+    let (a, b) = (
+        coli_core::ModelDir::open(&src).unwrap(),
+        coli_core::ModelDir::open(&out).unwrap(),
+    );
+    for n in &report.fused_experts_kept {
+        assert_eq!(
+            a.tensor(n).unwrap().bytes(),
+            b.tensor(n).unwrap().bytes(),
+            "{n}"
+        );
+    }
+    let seq: Vec<u32> = (0..24).map(|i| (i * 37 + 5) % 256).collect();
+    let x = placement::trace(&coli_models::load(&src).unwrap(), &seq, 6).unwrap();
+    let y = placement::trace(&coli_models::load(&out).unwrap(), &seq, 6).unwrap();
+    assert_eq!(
+        x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+}

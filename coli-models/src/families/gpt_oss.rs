@@ -16,7 +16,7 @@ use crate::arch::{
 };
 use crate::error::Result;
 use crate::families::skeleton::{CommonConfig, Defaults, Skeleton};
-use crate::families::{Capability, Family};
+use crate::families::{Capability, Family, TensorLayout};
 use crate::weights::{load_vector, Linear};
 
 /// `config.json` of a gpt-oss checkpoint (the keys coli reads).
@@ -78,6 +78,15 @@ impl Family for GptOss {
     const MODEL_TYPES: &'static [&'static str] = &["gpt_oss"];
     const DISPLAY_NAME: &'static str = "gpt-oss";
     const CAPABILITIES: &'static [Capability] = &[Capability::Moe, Capability::Gqa];
+    /// The experts' MXFP4 blocks are streamed; their scales and biases are read once at
+    /// load and stay resident.
+    const LAYOUT: TensorLayout = TensorLayout {
+        fused_experts: &[
+            ".mlp.experts.gate_up_proj_blocks",
+            ".mlp.experts.down_proj_blocks",
+        ],
+        ..TensorLayout::STANDARD
+    };
     fn load(dir: &ModelDir) -> Result<Transformer> {
         let cfg: GptOssConfig = dir.config.deserialize_aliased(CONFIG_ALIASES)?;
         let c = &dir.config;

@@ -83,6 +83,9 @@ pub struct TensorLayout {
     pub shared: &'static [&'static str],
     /// Infixes of the DSA indexer.
     pub indexer: &'static [&'static str],
+    /// Whole layer tails of tensors that hold every routed expert of the layer, stacked
+    /// along the first dimension (gpt-oss' MXFP4 `_blocks`): expert `e` is slice `e`.
+    pub fused_experts: &'static [&'static str],
 }
 
 impl TensorLayout {
@@ -95,6 +98,7 @@ impl TensorLayout {
             ".mlp.shared_expert_gate.",
         ],
         indexer: &[".self_attn.indexer."],
+        fused_experts: &[],
     };
 }
 
@@ -117,6 +121,12 @@ pub enum TensorClass {
     },
     /// DSA indexer.
     Indexer {
+        /// Decoder layer.
+        layer: usize,
+    },
+    /// Every routed expert of a layer stacked in one tensor (expert `e` is slice `e` of the
+    /// first dimension).
+    FusedExperts {
         /// Decoder layer.
         layer: usize,
     },
@@ -150,6 +160,9 @@ pub fn classify(layout: &TensorLayout, name: &str, n_layers: usize) -> TensorCla
                 return TensorClass::Expert { layer, expert };
             }
         }
+    }
+    if layout.fused_experts.contains(&tail) {
+        return TensorClass::FusedExperts { layer };
     }
     if layout.shared.iter().any(|i| tail.starts_with(i)) {
         return TensorClass::SharedExpert { layer };
@@ -289,5 +302,26 @@ mod tests {
             TensorClass::Mtp { layer: 61 }
         );
         assert_eq!(c("model.layers.x.mlp.experts.1.w"), TensorClass::Dense);
+        // gpt-oss: the MXFP4 blocks of all experts in one tensor per projection; scales
+        // and biases stay resident.
+        let g = |n: &str| classify(&gpt_oss::GptOss::LAYOUT, n, 24);
+        for n in [
+            "model.layers.5.mlp.experts.gate_up_proj_blocks",
+            "model.layers.5.mlp.experts.down_proj_blocks",
+        ] {
+            assert_eq!(g(n), TensorClass::FusedExperts { layer: 5 }, "{n}");
+        }
+        for n in [
+            "model.layers.5.mlp.experts.gate_up_proj_scales",
+            "model.layers.5.mlp.experts.down_proj_bias",
+            "model.layers.5.mlp.router.weight",
+            "model.layers.5.self_attn.sinks",
+        ] {
+            assert_eq!(g(n), TensorClass::Dense, "{n}");
+        }
+        assert_eq!(
+            c("model.layers.5.mlp.experts.gate_up_proj_blocks"),
+            TensorClass::Dense
+        );
     }
 }

@@ -1,0 +1,125 @@
+//! gpt-oss checkpoints that are not what the release ships: each is a named error at load,
+//! never a panic or a silently wrong model.
+
+use coli_tests::Reference;
+use serde_json::Value;
+
+/// A copy of the fixture (sidecars left out).
+fn copy(fixture: &str) -> tempfile::TempDir {
+    let r = Reference::load(fixture);
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&r.dir).unwrap() {
+        let e = e.unwrap();
+        if !e.file_name().to_string_lossy().starts_with('.') {
+            std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+        }
+    }
+    tmp
+}
+
+fn load_err(dir: &std::path::Path) -> String {
+    match coli_models::load(dir) {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn edit_config(dir: &std::path::Path, edit: impl FnOnce(&mut Value)) {
+    let p = dir.join("config.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+/// The shard's header JSON and where its data starts.
+fn header(path: &std::path::Path) -> (Value, usize, Vec<u8>) {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let h: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    (h, 8 + n, bytes)
+}
+
+#[test]
+fn a_nan_mxfp4_scale_is_refused_naming_the_tensor() {
+    let t = copy("gpt_oss_window_yarn");
+    let shard = t.path().join("model.safetensors");
+    let (h, data, mut bytes) = header(&shard);
+    let name = "model.layers.2.mlp.experts.down_proj_scales";
+    let start = h[name]["data_offsets"][0].as_u64().unwrap() as usize;
+    // Expert 0's first scale: E8M0 255 is NaN.
+    bytes[data + start] = 255;
+    std::fs::write(&shard, bytes).unwrap();
+    let e = load_err(t.path());
+    assert!(e.contains(name) && e.contains("NaN"), "{e}");
+}
+
+#[test]
+fn fused_bf16_experts_are_refused_with_the_reason() {
+    let t = copy("gpt_oss_clamp_top3");
+    let shard = t.path().join("model.safetensors");
+    let (mut h, data, bytes) = header(&shard);
+    // Rename layer 0's gate_up blocks to the unquantized fused name; the header keeps its
+    // length (padded with spaces, as safetensors allows).
+    let obj = h.as_object_mut().unwrap();
+    let old = "model.layers.0.mlp.experts.gate_up_proj_blocks";
+    let v = obj.remove(old).unwrap();
+    obj.insert("model.layers.0.mlp.experts.gate_up_proj".into(), v);
+    let mut text = serde_json::to_vec(&h).unwrap();
+    let n = data - 8;
+    assert!(text.len() <= n);
+    text.resize(n, b' ');
+    let mut out = bytes[..8].to_vec();
+    out.extend_from_slice(&text);
+    out.extend_from_slice(&bytes[data..]);
+    std::fs::write(&shard, out).unwrap();
+    let e = load_err(t.path());
+    assert!(
+        e.contains("gate_up_proj") && e.contains("MXFP4") && e.contains("not supported"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_layer_types_and_activation_constants_are_named() {
+    let cases: [(&str, fn(&mut Value)); 5] = [
+        ("layer_types", |v| {
+            v["layer_types"] = serde_json::json!(["sliding_attention", "full_attention"])
+        }),
+        ("layer_types", |v| {
+            v["layer_types"][1] = "linear_attention".into();
+        }),
+        ("sliding_window", |v| v["sliding_window"] = Value::Null),
+        ("swiglu_limit", |v| v["swiglu_limit"] = (-1.0).into()),
+        ("num_experts_per_tok", |v| {
+            v["num_experts_per_tok"] = 9.into()
+        }),
+    ];
+    for (key, edit) in cases {
+        let t = copy("gpt_oss_window_yarn");
+        edit_config(t.path(), edit);
+        let e = load_err(t.path());
+        assert!(e.contains(key), "{key}: {e}");
+    }
+}
+
+#[test]
+fn every_layer_full_when_no_layer_slides_changes_the_logits() {
+    // The window really acts: the same weights with every layer full attend further back.
+    let r = Reference::load("gpt_oss_window_yarn");
+    let ids = r.ids();
+    let logits = |dir: &std::path::Path| {
+        let m = coli_models::load(dir).unwrap();
+        let mut s = coli_models::Session::new(&m, 64);
+        s.forward(&ids, true).unwrap().to_vec()
+    };
+    let want = logits(&r.dir);
+    let t = copy("gpt_oss_window_yarn");
+    edit_config(t.path(), |v| {
+        v["layer_types"] = serde_json::json!(vec!["full_attention"; 4]);
+    });
+    let got = logits(t.path());
+    let v = r.json["vocab_size"].as_u64().unwrap() as usize;
+    // Positions inside the window (8) see the same keys either way.
+    assert_eq!(got[..8 * v], want[..8 * v]);
+    assert_ne!(got[8 * v..], want[8 * v..]);
+}
