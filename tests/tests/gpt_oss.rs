@@ -79,9 +79,12 @@ fn fused_bf16_experts_are_refused_with_the_reason() {
     );
 }
 
+/// A config rewrite.
+type ConfigEdit = fn(&mut Value);
+
 #[test]
 fn bad_layer_types_and_activation_constants_are_named() {
-    let cases: [(&str, fn(&mut Value)); 5] = [
+    let cases: [(&str, ConfigEdit); 5] = [
         ("layer_types", |v| {
             v["layer_types"] = serde_json::json!(["sliding_attention", "full_attention"])
         }),
