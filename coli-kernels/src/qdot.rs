@@ -1,4 +1,4 @@
-//! Fused dot products of block-scaled quantized rows (int8, int4, FP8 e4m3) with an f32
+//! Fused dot products of block-scaled quantized rows (int8, int4, FP8 e4m3, FP4 e2m1) with an f32
 //! activation vector: the stored values are loaded, widened to f32, multiplied by their
 //! block's scale and accumulated in registers, with no f32 staging buffer.
 //!
@@ -19,8 +19,10 @@ use crate::dot::{reduce_lanes, WFormat, LANES};
 /// Whether the fused kernels cover rows of `cols` elements of `fmt` scaled in blocks of
 /// `block_cols` columns.
 pub fn fused_layout(fmt: WFormat, block_cols: usize, cols: usize) -> bool {
-    matches!(fmt, WFormat::I8 | WFormat::I4 | WFormat::F8E4M3)
-        && block_cols > 0
+    matches!(
+        fmt,
+        WFormat::I8 | WFormat::I4 | WFormat::F8E4M3 | WFormat::F4E2M1
+    ) && block_cols > 0
         && (block_cols.is_multiple_of(LANES) || block_cols >= cols)
 }
 
@@ -129,7 +131,7 @@ pub fn dot_rows_scaled<const R: usize>(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{tail_scaled, LANES};
-    use crate::dot::{reduce_lanes, x86::prefetch_next, WFormat};
+    use crate::dot::{reduce_lanes, x86::prefetch_next, WFormat, FP4_E2M1_VALUES};
     use std::arch::x86_64::*;
 
     /// Sixteen nibbles (8 bytes, low nibble first) as sixteen bytes `nibble` (0..=15).
@@ -194,6 +196,28 @@ mod x86 {
             _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), eight),
             _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), eight),
         )
+    }
+
+    /// Thirty-two nibbles (16 bytes, low nibble first) as two vectors of sixteen bytes
+    /// `nibble` (0..=15), in element order.
+    #[inline(always)]
+    unsafe fn nibbles32_raw(p: *const u8) -> (__m128i, __m128i) {
+        let b = _mm_loadu_si128(p.cast());
+        let m = _mm_set1_epi8(0x0F);
+        let lo = _mm_and_si128(b, m);
+        let hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+        (_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi))
+    }
+
+    /// Eight e2m1 nibbles (in the low 4 bits of i32 lanes) as f32: the magnitude from the
+    /// 8-entry table by the low 3 bits, the sign from bit 3 (nibble 8 is -0, as the table).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn e2m1x8(n: __m256i) -> __m256 {
+        let mags = _mm256_loadu_ps(FP4_E2M1_VALUES.as_ptr());
+        let m = _mm256_permutevar8x32_ps(mags, n);
+        let sign = _mm256_slli_epi32(_mm256_srli_epi32(n, 3), 31);
+        _mm256_or_ps(m, _mm256_castsi256_ps(sign))
     }
 
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
@@ -275,7 +299,39 @@ mod x86 {
                     }
                 }
             ),
-            _ => unreachable!("fused_layout admits int8, int4 and FP8 only"),
+            // The 16 e2m1 values are one register: each nibble indexes it.
+            WFormat::F4E2M1 => {
+                let table = _mm512_loadu_ps(FP4_E2M1_VALUES.as_ptr());
+                scaled_loop!(
+                    bcast,
+                    scales,
+                    bc,
+                    next,
+                    lines,
+                    main,
+                    acc,
+                    |i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
+                        let xv = _mm512_loadu_ps(xp.add(i));
+                        for r in 0..R {
+                            let n = _mm512_cvtepu8_epi32(nibbles16(rows[r].as_ptr().add(i / 2)));
+                            let w = _mm512_mul_ps(_mm512_permutexvar_ps(n, table), sv[r]);
+                            acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
+                        }
+                    },
+                    Some(|i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
+                        let x0 = _mm512_loadu_ps(xp.add(i));
+                        let x1 = _mm512_loadu_ps(xp.add(i + LANES));
+                        for r in 0..R {
+                            let (n0, n1) = nibbles32_raw(rows[r].as_ptr().add(i / 2));
+                            let v0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(n0), table);
+                            let v1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(n1), table);
+                            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(v0, sv[r]), x0, acc[r]);
+                            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(v1, sv[r]), x1, acc[r]);
+                        }
+                    })
+                )
+            }
+            _ => unreachable!("fused_layout admits int8, int4, FP8 and FP4 only"),
         }
         let mut out = [0.0; R];
         for r in 0..R {
@@ -414,7 +470,26 @@ mod x86 {
                     }
                 }
             ),
-            _ => unreachable!("fused_layout admits int8, int4 and FP8 only"),
+            WFormat::F4E2M1 => scaled_loop!(
+                bcast,
+                scales,
+                bc,
+                next,
+                lines,
+                main,
+                acc,
+                |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
+                    for r in 0..R {
+                        let n = nibbles16(rows[r].as_ptr().add(i / 2));
+                        let w = (
+                            e2m1x8(_mm256_cvtepu8_epi32(n)),
+                            e2m1x8(_mm256_cvtepu8_epi32(_mm_srli_si128(n, 8))),
+                        );
+                        fma2(&mut acc[r], w, sv[r], i);
+                    }
+                }
+            ),
+            _ => unreachable!("fused_layout admits int8, int4, FP8 and FP4 only"),
         }
         let mut out = [0.0; R];
         for r in 0..R {
@@ -453,9 +528,9 @@ mod tests {
             n in 0usize..300,
             blocks in 0usize..3,
             seed in any::<u64>(),
-            fmt_i in 0usize..3,
+            fmt_i in 0usize..4,
         ) {
-            let fmt = [WFormat::I8, WFormat::I4, WFormat::F8E4M3][fmt_i];
+            let fmt = [WFormat::I8, WFormat::I4, WFormat::F8E4M3, WFormat::F4E2M1][fmt_i];
             let bc = [16, 64, n.max(1)][blocks];
             let mut s = seed | 1;
             let mut next = move || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
@@ -509,6 +584,40 @@ mod tests {
     }
 
     #[test]
+    fn every_e2m1_nibble_converts_exactly_on_every_isa() {
+        // Each nibble alone (low and high) in a row of 32 with x = 1 and scale 1: the dot is
+        // the nibble's value from the table (-0 sums to +0: the lanes start at +0).
+        for nib in 0..16u8 {
+            for high in [false, true] {
+                let mut row = [0u8; 16];
+                row[3] = if high { nib << 4 } else { nib };
+                let x = [1.0f32; 32];
+                let want = FP4_VALUES_PLUS_ZERO[nib as usize];
+                for isa in cpu::available() {
+                    for bc in [16, 32] {
+                        let s = vec![1.0f32; 32 / bc];
+                        let got = dot_rows_scaled(
+                            isa,
+                            WFormat::F4E2M1,
+                            [&row[..]],
+                            [&s[..]],
+                            bc,
+                            &x,
+                            &[],
+                        )[0];
+                        assert_eq!(got.to_bits(), want.to_bits(), "{nib} high={high} {isa:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The e2m1 values with -0 read as +0 (what a sum starting at +0 gives).
+    const FP4_VALUES_PLUS_ZERO: [f32; 16] = [
+        0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+    ];
+
+    #[test]
     fn fp8_scales_too_large_to_fold_give_the_reference_bits() {
         // A scale whose 2^8 multiple overflows: the vector loops cannot fold it and must
         // still give the reference's bits (here a finite product for small weights).
@@ -529,6 +638,7 @@ mod tests {
         assert!(fused_layout(WFormat::I8, 2048, 2048));
         assert!(fused_layout(WFormat::I4, 64, 2048));
         assert!(fused_layout(WFormat::F8E4M3, 128, 300));
+        assert!(fused_layout(WFormat::F4E2M1, 32, 2880));
         assert!(!fused_layout(WFormat::F8E4M3, 24, 300));
         assert!(!fused_layout(WFormat::BF16, 64, 128));
         assert!(!fused_layout(WFormat::I8, 0, 128));

@@ -216,15 +216,7 @@ pub fn write_olmoe(
         progress(l + 1, n);
     }
     let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
-    write_atomic(&dir.join("model.safetensors.index.json"), |w| {
-        use std::io::Write;
-        w.write_all(
-            serde_json::to_string_pretty(&index)
-                .expect("json")
-                .as_bytes(),
-        )
-    })
-    .map_err(io)?;
+    write_json(&dir.join("model.safetensors.index.json"), &index)?;
     let config = serde_json::json!({
         "architectures": ["OlmoeForCausalLM"],
         "model_type": "olmoe",
@@ -245,15 +237,236 @@ pub fn write_olmoe(
         "eos_token_id": 2,
         "coli_synthetic": true,
     });
-    write_atomic(&dir.join("config.json"), |w| {
+    write_json(&dir.join("config.json"), &config)
+}
+
+/// Writes `v` as pretty JSON to `path`, atomically.
+fn write_json(path: &Path, v: &serde_json::Value) -> std::io::Result<()> {
+    write_atomic(path, |w| {
         use std::io::Write;
-        w.write_all(
-            serde_json::to_string_pretty(&config)
-                .expect("json")
-                .as_bytes(),
-        )
+        w.write_all(serde_json::to_string_pretty(v).expect("json").as_bytes())
     })
-    .map_err(io)
+    .map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+/// Shape of a synthetic gpt-oss model (MXFP4 experts as the release stores them).
+#[derive(Clone, Debug)]
+pub struct GptOssSpec {
+    /// Decoder layers (alternating sliding and full attention).
+    pub layers: usize,
+    /// Routed experts per layer.
+    pub experts: usize,
+    /// Experts per token.
+    pub top_k: usize,
+    /// Residual width.
+    pub hidden: usize,
+    /// Expert width.
+    pub inter: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Width of a head.
+    pub head_dim: usize,
+    /// Vocabulary.
+    pub vocab: usize,
+    /// Seed of the weights.
+    pub seed: u64,
+}
+
+impl GptOssSpec {
+    /// gpt-oss-20b's layer geometry (hidden 2880, 32 experts of 2880, top-4, 64 query and
+    /// 8 KV heads of 64, vocabulary 201,088) with `layers` layers (the release has 24).
+    pub fn gpt_oss_20b(layers: usize) -> GptOssSpec {
+        GptOssSpec {
+            layers,
+            experts: 32,
+            top_k: 4,
+            hidden: 2880,
+            inter: 2880,
+            heads: 64,
+            kv_heads: 8,
+            head_dim: 64,
+            vocab: 201_088,
+            seed: 3,
+        }
+    }
+}
+
+/// Random MXFP4 weights `[experts, rows, cols]` as `_blocks` and `_scales`: random nibbles,
+/// E8M0 scales near 1 / (2.25 sqrt(cols)) (the mean |e2m1| is 2.25).
+fn mxfp4_experts(
+    rng: &mut Rng,
+    experts: usize,
+    rows: usize,
+    cols: usize,
+) -> (TensorData, TensorData) {
+    let groups = cols / 32;
+    let mut blocks = vec![0u8; experts * rows * cols / 2];
+    for chunk in blocks.chunks_mut(8) {
+        let r = rng.next().to_le_bytes();
+        chunk.copy_from_slice(&r[..chunk.len()]);
+    }
+    let e = (127.0 - (2.25 * (cols as f64).sqrt()).log2()).round() as i32;
+    let scales: Vec<u8> = (0..experts * rows * groups)
+        .map(|_| (e + (rng.next() % 3) as i32 - 1) as u8)
+        .collect();
+    (
+        TensorData {
+            dtype: DType::U8,
+            shape: vec![experts, rows, groups, 16],
+            bytes: blocks,
+        },
+        TensorData {
+            dtype: DType::U8,
+            shape: vec![experts, rows, groups],
+            bytes: scales,
+        },
+    )
+}
+
+/// Small random bf16 values of `shape` (biases, sinks).
+fn bf16_small(rng: &mut Rng, shape: Vec<usize>, scale: f32) -> TensorData {
+    let n: usize = shape.iter().product();
+    let mut bytes = Vec::with_capacity(n * 2);
+    for _ in 0..n {
+        bytes.extend_from_slice(
+            &half::bf16::from_f32(scale * rng.unit())
+                .to_bits()
+                .to_le_bytes(),
+        );
+    }
+    TensorData {
+        dtype: DType::BF16,
+        shape,
+        bytes,
+    }
+}
+
+/// Writes a synthetic gpt-oss model into `dir` (created): one shard for the embeddings
+/// and head, one per layer, the index and `config.json`. Reports `(layers done, layers)`.
+pub fn write_gpt_oss(
+    dir: &Path,
+    spec: &GptOssSpec,
+    mut progress: impl FnMut(usize, usize),
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut rng = Rng(spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let (h, n, e) = (spec.hidden, spec.layers, spec.experts);
+    let (qd, kvd) = (spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim);
+    let shards = n + 1;
+    let mut weight_map = BTreeMap::new();
+    let meta: BTreeMap<String, String> = [("format".to_string(), "pt".to_string())].into();
+    let mut write = |i: usize, tensors: BTreeMap<String, TensorData>| -> std::io::Result<()> {
+        let file = format!("model-{:05}-of-{shards:05}.safetensors", i + 1);
+        for k in tensors.keys() {
+            weight_map.insert(k.clone(), file.clone());
+        }
+        write_safetensors(&dir.join(file), &tensors, &meta)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    };
+    let mut t = BTreeMap::new();
+    t.insert(
+        "model.embed_tokens.weight".into(),
+        bf16_matrix(&mut rng, spec.vocab, h, (h as f32).sqrt()),
+    );
+    t.insert(
+        "lm_head.weight".into(),
+        bf16_matrix(&mut rng, spec.vocab, h, 4.0),
+    );
+    t.insert("model.norm.weight".into(), norm(&mut rng, h));
+    write(0, t)?;
+    for l in 0..n {
+        let p = format!("model.layers.{l}");
+        let mut t = BTreeMap::new();
+        for (w, rows, cols) in [
+            ("q_proj", qd, h),
+            ("k_proj", kvd, h),
+            ("v_proj", kvd, h),
+            ("o_proj", h, qd),
+        ] {
+            t.insert(
+                format!("{p}.self_attn.{w}.weight"),
+                bf16_matrix(&mut rng, rows, cols, 1.0),
+            );
+            t.insert(
+                format!("{p}.self_attn.{w}.bias"),
+                bf16_small(&mut rng, vec![rows], 0.1),
+            );
+        }
+        t.insert(
+            format!("{p}.self_attn.sinks"),
+            bf16_small(&mut rng, vec![spec.heads], 1.0),
+        );
+        t.insert(format!("{p}.input_layernorm.weight"), norm(&mut rng, h));
+        t.insert(
+            format!("{p}.post_attention_layernorm.weight"),
+            norm(&mut rng, h),
+        );
+        t.insert(
+            format!("{p}.mlp.router.weight"),
+            bf16_matrix(&mut rng, e, h, 1.0),
+        );
+        t.insert(
+            format!("{p}.mlp.router.bias"),
+            bf16_small(&mut rng, vec![e], 0.1),
+        );
+        for (w, rows, cols) in [
+            ("gate_up_proj", 2 * spec.inter, h),
+            ("down_proj", h, spec.inter),
+        ] {
+            let x = format!("{p}.mlp.experts.{w}");
+            let (b, s) = mxfp4_experts(&mut rng, e, rows, cols);
+            t.insert(format!("{x}_blocks"), b);
+            t.insert(format!("{x}_scales"), s);
+            t.insert(
+                format!("{x}_bias"),
+                bf16_small(&mut rng, vec![e, rows], 0.1),
+            );
+        }
+        write(l + 1, t)?;
+        progress(l + 1, n);
+    }
+    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+    write_json(&dir.join("model.safetensors.index.json"), &index)?;
+    let layer_types: Vec<&str> = (0..n)
+        .map(|i| {
+            if i % 2 == 0 {
+                "sliding_attention"
+            } else {
+                "full_attention"
+            }
+        })
+        .collect();
+    let config = serde_json::json!({
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "vocab_size": spec.vocab,
+        "hidden_size": h,
+        "intermediate_size": spec.inter,
+        "num_hidden_layers": n,
+        "num_attention_heads": spec.heads,
+        "num_key_value_heads": spec.kv_heads,
+        "head_dim": spec.head_dim,
+        "num_local_experts": e,
+        "num_experts_per_tok": spec.top_k,
+        "experts_per_token": spec.top_k,
+        "sliding_window": 128,
+        "layer_types": layer_types,
+        "swiglu_limit": 7.0,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 150000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "truncate": false, "original_max_position_embeddings": 4096},
+        "max_position_embeddings": 131072,
+        "attention_bias": true,
+        "tie_word_embeddings": false,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "quantization_config": {"quant_method": "mxfp4"},
+        "coli_synthetic": true,
+    });
+    write_json(&dir.join("config.json"), &config)
 }
 
 /// A GLM-5-sized census: `layers` decoder layers of `experts` FP8 experts (weight and

@@ -27,7 +27,7 @@ fn main() -> ExitCode {
         "synth" => synth(&std::env::args().skip(2).collect::<Vec<_>>()),
         "census" => census(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask verify | test | synth OUT [olmoe|small] [bf16|int8]");
+            eprintln!("usage: cargo xtask verify | test | synth OUT [olmoe|small] [bf16|int8] | synth OUT gpt-oss-20b [LAYERS]");
             ExitCode::from(2)
         }
     }
@@ -100,13 +100,51 @@ fn census(args: &[String]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `synth OUT gpt-oss-20b [LAYERS]`: gpt-oss-20b's layer geometry, MXFP4 experts.
+fn synth_gpt_oss(out: &str, layers: Option<&String>) -> ExitCode {
+    use coli_tests::synthetic::{write_gpt_oss, GptOssSpec};
+    let layers = match layers.map(|l| l.parse::<usize>()) {
+        None => 24,
+        Some(Ok(l)) if l > 0 => l,
+        Some(_) => {
+            eprintln!("gpt-oss-20b takes a positive layer count, got {layers:?}");
+            return ExitCode::from(2);
+        }
+    };
+    let path = std::path::Path::new(out);
+    if path.exists() {
+        eprintln!("{out} exists; refusing to overwrite");
+        return ExitCode::from(2);
+    }
+    let spec = GptOssSpec::gpt_oss_20b(layers);
+    let t0 = Instant::now();
+    match write_gpt_oss(path, &spec, |d, n| eprint!("\rsynth: layer {d}/{n}")) {
+        Ok(()) => {
+            eprintln!(
+                "\nsynth: {spec:?} -> {out} in {:.1}s",
+                t0.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("\nsynth: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Writes a synthetic model (random weights, real names and config) for benchmarks.
 fn synth(args: &[String]) -> ExitCode {
     use coli_tests::synthetic::{write_olmoe, OlmoeSpec};
     let Some(out) = args.first() else {
-        eprintln!("usage: cargo xtask synth OUT [olmoe|small] [bf16|int8]");
+        eprintln!(
+            "usage: cargo xtask synth OUT [olmoe|small] [bf16|int8] | OUT gpt-oss-20b [LAYERS]"
+        );
         return ExitCode::from(2);
     };
+    if args.get(1).map(String::as_str) == Some("gpt-oss-20b") {
+        return synth_gpt_oss(out, args.get(2));
+    }
     let mut spec = match args.get(1).map(String::as_str) {
         None | Some("olmoe") => OlmoeSpec::olmoe_geometry(),
         Some("small") => OlmoeSpec::small(),
