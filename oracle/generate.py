@@ -417,6 +417,15 @@ def tiny5():
           swiglu_limit=0.5, layer_types=["sliding_attention"] * 3,
           rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **oss)
 
+    # MiniMax-M2: sigmoid routing with a selection-only bias, q/k RMSNorm over the whole
+    # projection, partial RoPE (rotary_dim < head_dim, head_dim != hidden / heads).
+    mm = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, intermediate_size=32,
+              num_local_experts=8, **common)
+    build("minimax_m2_partial_rope", "minimax_m2", 101, num_hidden_layers=3, num_experts_per_tok=2,
+          rotary_dim=16, bias_shift=0.5, **mm)
+    build("minimax_m2_top3_shard", "minimax_m2", 102, num_hidden_layers=2, num_experts_per_tok=3,
+          rotary_dim=8, shard="100KB", **mm)
+
 
 def dequantize_container(d):
     """A coli container's weights as f32, dequantized by the format's definition (int8: q *

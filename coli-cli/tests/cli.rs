@@ -293,7 +293,7 @@ fn bad_input_gets_a_clear_error_and_exit_code_2() {
     expect_run_error(
         t.path(),
         "unsupported model_type \"mamba9\" (supported: llama, olmoe, qwen2_moe, qwen3_moe, \
-         mixtral, deepseek_v3, kimi_k2, glm4_moe, glm_moe_dsa, gpt_oss)",
+         mixtral, deepseek_v3, kimi_k2, glm4_moe, glm_moe_dsa, gpt_oss, minimax_m2)",
     );
 
     let t = copy_fixture("olmoe_norm_topk");

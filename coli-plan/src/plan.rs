@@ -35,6 +35,8 @@ const MEASURED_BASELINE: &[(&str, u64)] = &[
     ("GLM-5", 11 << 20),
     // 2026-12-01: 8.4-8.6 MB on both gpt-oss fixtures.
     ("gpt-oss", 9 << 20),
+    // 2026-12-01: 9.0-9.1 MB on both MiniMax-M2 fixtures.
+    ("MiniMax-M2", 10 << 20),
 ];
 
 /// Expert buffers beyond the cache: reads in flight (4 I/O threads) and the buffer arena's

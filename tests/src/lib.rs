@@ -36,6 +36,8 @@ pub const TINY_FIXTURES: &[&str] = &[
     "glm5_dsa_shared_group_yarn",
     "gpt_oss_window_yarn",
     "gpt_oss_clamp_top3",
+    "minimax_m2_partial_rope",
+    "minimax_m2_top3_shard",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

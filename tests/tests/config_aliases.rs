@@ -115,3 +115,37 @@ fn glm4_moe_rope_parameters_as_transformers_5_writes_them() {
 fn gpt_oss_num_experts() {
     check_alias("gpt_oss_window_yarn", "num_experts", "num_local_experts");
 }
+
+#[test]
+fn minimax_m2_num_experts() {
+    check_alias(
+        "minimax_m2_partial_rope",
+        "num_experts",
+        "num_local_experts",
+    );
+}
+
+/// The hub's MiniMax-M2 config says `rotary_dim` and `rope_theta` at the top level;
+/// transformers 5 writes `partial_rotary_factor` and `rope_theta` inside
+/// `rope_parameters` (and keeps `rotary_dim`). Both load to the same bits; `rotary_dim`
+/// disagreeing with the factor is refused naming both.
+#[test]
+fn minimax_m2_rotary_dim_as_the_hub_and_transformers_5_write_it() {
+    let r = Reference::load("minimax_m2_partial_rope");
+    let ids = &r.ids()[..6];
+    let want = logits(&r.dir, ids).unwrap();
+    let hub = with_config(&r, |c| {
+        let rp = c.remove("rope_parameters").unwrap();
+        c.insert("rope_theta".into(), rp["rope_theta"].clone());
+        assert_eq!(c["rotary_dim"], 16);
+    });
+    assert_eq!(logits(hub.path(), ids).unwrap(), want);
+    let clash = with_config(&r, |c| {
+        c.insert("rotary_dim".into(), Value::from(8));
+    });
+    let err = logits(clash.path(), ids).unwrap_err();
+    assert!(
+        err.contains("rotary_dim") && err.contains("partial_rotary_factor"),
+        "{err}"
+    );
+}

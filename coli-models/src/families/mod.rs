@@ -9,6 +9,7 @@ pub mod glm4_moe;
 pub mod glm_moe_dsa;
 pub mod gpt_oss;
 pub mod llama;
+pub mod minimax_m2;
 pub mod mixtral;
 pub mod olmoe;
 pub mod qwen_moe;
@@ -212,6 +213,7 @@ pub static FAMILIES: &[FamilyDescriptor] = &[
     descriptor::<glm4_moe::Glm4Moe>(),
     descriptor::<glm_moe_dsa::GlmMoeDsa>(),
     descriptor::<gpt_oss::GptOss>(),
+    descriptor::<minimax_m2::MiniMaxM2>(),
 ];
 
 /// All supported `model_type` spellings, comma-separated.
