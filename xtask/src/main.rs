@@ -431,16 +431,19 @@ fn simd_vs_scalar() -> Check {
         }
     }
     // Scaled matrices, batched and parallel: FP8 in 128 x 128 blocks (partial edges), coli
-    // int8 (a scale per row) and int4 (a scale per 64 columns).
+    // int8 (a scale per row) and int4 (a scale per 64 columns), MXFP4 (a scale per 32).
     let mut mats = 0;
     for (rows, cols, n_tok) in [(130usize, 300usize, 1usize), (257, 129, 3), (64, 2049, 5)] {
         for (fmt, br, bc) in [
             (WFormat::F8E4M3, 128, 128),
             (WFormat::I8, 1, cols),
             (WFormat::I4, 1, 64),
+            (WFormat::F4E2M1, 1, 32),
         ] {
+            // FP8 without its NaN encodings; every other byte as it comes.
+            let mask = if fmt == WFormat::F8E4M3 { 0xF7 } else { 0xFF };
             let w: Vec<u8> = (0..rows * fmt.row_bytes(cols))
-                .map(|_| (rnd().to_bits() as u8) & 0xF7)
+                .map(|_| (rnd().to_bits() as u8) & mask)
                 .collect();
             let scales: Vec<f32> = (0..rows.div_ceil(br) * cols.div_ceil(bc))
                 .map(|_| rnd().abs() * 0.01 + 1e-4)
@@ -472,7 +475,7 @@ fn simd_vs_scalar() -> Check {
         }
     }
     Ok(format!(
-        "{count} f32/bf16/f16 dot products and {mats} scaled (FP8, int8, int4) matmuls on {isas:?} (every ISA of this CPU), all bit-identical to scalar"
+        "{count} f32/bf16/f16 dot products and {mats} scaled (FP8, int8, int4, FP4) matmuls on {isas:?} (every ISA of this CPU), all bit-identical to scalar"
     ))
 }
 

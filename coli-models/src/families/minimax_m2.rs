@@ -118,14 +118,16 @@ fn rotary_dims(dir: &ModelDir, cfg: &MiniMaxM2Config, hd: usize) -> Result<usize
     let c = &dir.config;
     let from_factor = cfg.partial_rotary_factor.map(|f| (hd as f64 * f) as usize);
     let rot = match (from_factor, cfg.rotary_dim) {
-        (Some(a), Some(b)) if a != b => return Err(c
-            .error(
-                "rotary_dim",
-                format!(
+        (Some(a), Some(b)) if a != b => {
+            return Err(c
+                .error(
+                    "rotary_dim",
+                    format!(
                     "{b} disagrees with partial_rotary_factor, which gives {a} of head_dim {hd}"
                 ),
-            )
-            .into()),
+                )
+                .into())
+        }
         (Some(a), _) => a,
         (None, Some(b)) => b,
         (None, None) => hd,
