@@ -288,6 +288,7 @@ pub mod checks {
     }
 }
 
+pub mod census;
 pub mod synthetic;
 
 /// Placement invariance: the expert store never changes a bit.

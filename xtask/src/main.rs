@@ -33,20 +33,26 @@ fn main() -> ExitCode {
     }
 }
 
-/// The header-scan benchmark: a GLM-5-sized census (78 layers x 256 FP8 experts, ~120k
-/// tensors, 60 sparse shards holding only headers), then analyze_model without the sidecar
-/// (full scan) and with it (hit), interleaved, medians.
+/// The header-scan benchmark: a census (default GLM-5: 78 layers x 256 FP8 experts, ~120k
+/// tensors, 60 sparse shards holding only headers; or gpt-oss-120b, MiniMax-M2), then
+/// analyze_model without the sidecar (full scan) and with it (hit), interleaved, medians.
 fn census(args: &[String]) -> ExitCode {
+    use coli_tests::census::{write_census, Census};
+    let usage = "usage: cargo xtask census DIR [ROUNDS] [glm5|gpt-oss-120b|minimax-m2]";
     let Some(dir) = args.first() else {
-        eprintln!("usage: cargo xtask census DIR [ROUNDS]");
+        eprintln!("{usage}");
         return ExitCode::from(2);
     };
     let rounds: usize = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(7);
+    let Some(which) = Census::parse(args.get(2).map_or("glm5", String::as_str)) else {
+        eprintln!("{usage}");
+        return ExitCode::from(2);
+    };
     let dir = std::path::Path::new(dir);
     if !dir.join("config.json").is_file() {
-        match coli_tests::synthetic::write_census(dir, 78, 256, 60) {
+        match write_census(dir, which) {
             Ok(n) => eprintln!(
-                "census: {n} tensors in 60 sparse shards at {}",
+                "census: {which:?}, {n} tensors in sparse shards at {}",
                 dir.display()
             ),
             Err(e) => {
