@@ -57,7 +57,7 @@ fn bench_scaled(c: &mut Criterion) {
         let x = vec![0.5f32; cols];
         let mut out = vec![0.0; rows];
         let m = MatRef::new(fmt, &w, rows, cols).with_scales(BlockScales {
-            scales: &scales,
+            scales: (&scales).into(),
             block_rows: br,
             block_cols: bc,
         });

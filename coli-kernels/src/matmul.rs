@@ -20,16 +20,101 @@ use crate::qdot;
 #[derive(Clone, Copy, Debug)]
 pub struct BlockScales<'a> {
     /// One scale per block, row-major over the block grid.
-    pub scales: &'a [f32],
+    pub scales: ScaleData<'a>,
     /// Rows per block.
     pub block_rows: usize,
     /// Columns per block.
     pub block_cols: usize,
 }
 
+/// How block scales are stored.
+#[derive(Clone, Copy, Debug)]
+pub enum ScaleData<'a> {
+    /// f32 values.
+    F32(&'a [f32]),
+    /// E8M0 exponents (OCP MX): byte `s` is `2^(s - 127)`, 255 is NaN. A quarter of the
+    /// memory of f32 for the 1 x 32 blocks of MXFP4; converted exactly as rows are read.
+    E8M0(&'a [u8]),
+}
+
+impl<'a> ScaleData<'a> {
+    /// Number of scales.
+    pub fn len(&self) -> usize {
+        match self {
+            ScaleData::F32(v) => v.len(),
+            ScaleData::E8M0(v) => v.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Scales `start..start + out.len()` as f32.
+    pub fn copy_f32(&self, start: usize, out: &mut [f32]) {
+        match self {
+            ScaleData::F32(v) => out.copy_from_slice(&v[start..start + out.len()]),
+            ScaleData::E8M0(v) => {
+                let n = out.len();
+                for (o, &b) in out.iter_mut().zip(&v[start..start + n]) {
+                    *o = e8m0_to_f32(b);
+                }
+            }
+        }
+    }
+}
+
+impl<'a> From<&'a [f32]> for ScaleData<'a> {
+    fn from(v: &'a [f32]) -> ScaleData<'a> {
+        ScaleData::F32(v)
+    }
+}
+
+impl<'a> From<&'a Vec<f32>> for ScaleData<'a> {
+    fn from(v: &'a Vec<f32>) -> ScaleData<'a> {
+        ScaleData::F32(v)
+    }
+}
+
+/// An E8M0 byte as f32: `2^(b - 127)` exactly (b = 0 is the subnormal 2^-127), 255 NaN.
+#[inline]
+pub fn e8m0_to_f32(b: u8) -> f32 {
+    match b {
+        255 => f32::NAN,
+        0 => f32::from_bits(1 << 22),
+        b => f32::from_bits((b as u32) << 23),
+    }
+}
+
 thread_local! {
     /// Rows dequantized for the f32 kernels; grows once per thread, then reused.
     static DEQUANT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Compact (E8M0) scales widened to f32 for the rows being computed.
+    static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on the scales of block rows `first..first + n` (all their column blocks,
+/// `cb` each) as f32: borrowed when stored as f32, widened into this thread's buffer
+/// otherwise.
+fn with_scale_rows<T>(
+    s: &BlockScales,
+    cb: usize,
+    first: usize,
+    n: usize,
+    f: impl FnOnce(&[f32]) -> T,
+) -> T {
+    match s.scales {
+        ScaleData::F32(v) => f(&v[first * cb..(first + n) * cb]),
+        compact => SCALES.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            if buf.len() < n * cb {
+                buf.resize(n * cb, 0.0);
+            }
+            compact.copy_f32(first * cb, &mut buf[..n * cb]);
+            f(&buf[..n * cb])
+        }),
+    }
 }
 
 /// Runs `f` on this thread's dequantization buffer, at least `len` long.
@@ -106,8 +191,9 @@ impl<'a> MatRef<'a> {
             }
             Some(s) => {
                 let cb = self.cols.div_ceil(s.block_cols);
-                let scales = &s.scales[(r / s.block_rows) * cb..][..cb];
-                crate::dequant::dequant_scaled(self.fmt, row, scales, s.block_cols, out);
+                with_scale_rows(&s, cb, r / s.block_rows, 1, |scales| {
+                    crate::dequant::dequant_scaled(self.fmt, row, scales, s.block_cols, out)
+                });
             }
         }
     }
@@ -119,9 +205,10 @@ impl<'a> MatRef<'a> {
         };
         if qdot::fused_layout(self.fmt, s.block_cols, self.cols) {
             let cb = self.cols.div_ceil(s.block_cols);
-            let scales = &s.scales[(r / s.block_rows) * cb..][..cb];
             let (isa, row) = (cpu::best(), self.row(r));
-            return qdot::dot_rows_scaled(isa, self.fmt, [row], [scales], s.block_cols, x, &[])[0];
+            return with_scale_rows(&s, cb, r / s.block_rows, 1, |scales| {
+                qdot::dot_rows_scaled(isa, self.fmt, [row], [scales], s.block_cols, x, &[])[0]
+            });
         }
         with_dequant_buf(self.cols, |row| {
             self.dequant_row(r, row);
@@ -176,42 +263,19 @@ fn rows_block_scaled(
 ) {
     let k = m.cols;
     let s = m.scales.expect("scaled matrix");
+    if r0 >= r1 {
+        return;
+    }
     if n_tok <= FUSED_MAX_TOKENS && qdot::fused_layout(m.fmt, s.block_cols, k) {
         let cb = k.div_ceil(s.block_cols);
-        let scales = |r: usize| &s.scales[(r / s.block_rows) * cb..][..cb];
-        let x = |t: usize| &xs[t * k..(t + 1) * k];
-        let put = |t: usize, r: usize, v: f32| {
-            // SAFETY: t < n_tok and r < m.rows, inside `out`; rows r0..r1 belong to this task.
-            unsafe { *out.0.add(t * m.rows + r) = v };
-        };
-        let w = m.fmt.row_bytes(k);
-        let mut r = r0;
-        while r + 4 <= r1 {
-            let rows = [m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)];
-            let sc = [scales(r), scales(r + 1), scales(r + 2), scales(r + 3)];
-            let next = &m.bytes[((r + 4) * w).min(r1 * w)..((r + 8) * w).min(r1 * w)];
-            for t in 0..n_tok {
-                let v = qdot::dot_rows_scaled(isa, m.fmt, rows, sc, s.block_cols, x(t), next);
-                for (j, &val) in v.iter().enumerate() {
-                    put(t, r + j, val);
-                }
-            }
-            r += 4;
-        }
-        for r in r..r1 {
-            for t in 0..n_tok {
-                let v = qdot::dot_rows_scaled(
-                    isa,
-                    m.fmt,
-                    [m.row(r)],
-                    [scales(r)],
-                    s.block_cols,
-                    x(t),
-                    &[],
-                );
-                put(t, r, v[0]);
-            }
-        }
+        // The scales of this task's block rows, as f32.
+        let first = r0 / s.block_rows;
+        let n_blocks = (r1 - 1) / s.block_rows + 1 - first;
+        with_scale_rows(&s, cb, first, n_blocks, |all| {
+            rows_block_fused(isa, m, &s, xs, n_tok, r0, r1, out, |r: usize| {
+                &all[(r / s.block_rows - first) * cb..][..cb]
+            })
+        });
         return;
     }
     with_dequant_buf(4 * k, |buf| {
@@ -232,6 +296,49 @@ fn rows_block_scaled(
             r += nr;
         }
     })
+}
+
+/// The fused decode loop over rows `r0..r1`, four rows at a time; `scales(r)` is row `r`'s
+/// scales as f32.
+#[allow(clippy::too_many_arguments)]
+fn rows_block_fused<'s>(
+    isa: Isa,
+    m: &MatRef,
+    s: &BlockScales,
+    xs: &[f32],
+    n_tok: usize,
+    r0: usize,
+    r1: usize,
+    out: OutPtr,
+    scales: impl Fn(usize) -> &'s [f32],
+) {
+    let k = m.cols;
+    let x = |t: usize| &xs[t * k..(t + 1) * k];
+    let put = |t: usize, r: usize, v: f32| {
+        // SAFETY: t < n_tok and r < m.rows, inside `out`; rows r0..r1 belong to this task.
+        unsafe { *out.0.add(t * m.rows + r) = v };
+    };
+    let w = m.fmt.row_bytes(k);
+    let mut r = r0;
+    while r + 4 <= r1 {
+        let rows = [m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)];
+        let sc = [scales(r), scales(r + 1), scales(r + 2), scales(r + 3)];
+        let next = &m.bytes[((r + 4) * w).min(r1 * w)..((r + 8) * w).min(r1 * w)];
+        for t in 0..n_tok {
+            let v = qdot::dot_rows_scaled(isa, m.fmt, rows, sc, s.block_cols, x(t), next);
+            for (j, &val) in v.iter().enumerate() {
+                put(t, r + j, val);
+            }
+        }
+        r += 4;
+    }
+    for r in r..r1 {
+        for t in 0..n_tok {
+            let v =
+                qdot::dot_rows_scaled(isa, m.fmt, [m.row(r)], [scales(r)], s.block_cols, x(t), &[]);
+            put(t, r, v[0]);
+        }
+    }
 }
 
 /// Where a row block writes: token `t`'s output `r` at `ptr[t * stride + r]`.
@@ -404,6 +511,15 @@ mod tests {
         v.iter().map(|x| x.to_bits()).collect()
     }
 
+    #[test]
+    fn e8m0_bytes_are_powers_of_two_as_the_ocp_mx_spec_says() {
+        for b in 0..=254u8 {
+            let want = 2f64.powi(b as i32 - 127) as f32;
+            assert_eq!(e8m0_to_f32(b).to_bits(), want.to_bits(), "{b}");
+        }
+        assert!(e8m0_to_f32(255).is_nan());
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(60))]
         /// Batched, parallel, SIMD == one token at a time, serial, scalar; for any thread count.
@@ -436,6 +552,37 @@ mod tests {
             }
         }
 
+        /// E8M0 scales give the bits of the same scales stored as f32, on every path: the
+        /// fused decode loop (1-2 tokens), the dequantize-then-f32 loop (more tokens), one
+        /// row at a time and the reference; with 1 x 32 blocks (MXFP4) and taller ones.
+        #[test]
+        fn e8m0_scales_equal_their_f32_values(fmt_i in 0usize..3, rows in 1usize..40, cols in 1usize..200, n_tok in 1usize..5, br in 1usize..3, seed in any::<u64>()) {
+            let fmt = [WFormat::F4E2M1, WFormat::I4, WFormat::I8][fmt_i];
+            let bc = 32;
+            let mut s = seed | 1;
+            let mut next = move || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
+            let w: Vec<u8> = (0..rows * fmt.row_bytes(cols)).map(|_| (next() >> 32) as u8).collect();
+            // Exponents around 2^-7, never 255 (NaN).
+            let e8: Vec<u8> = (0..rows.div_ceil(br) * cols.div_ceil(bc)).map(|_| 115 + (next() % 20) as u8).collect();
+            let f: Vec<f32> = e8.iter().map(|&b| e8m0_to_f32(b)).collect();
+            let xs: Vec<f32> = (0..n_tok * cols).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
+            let compact = MatRef::new(fmt, &w, rows, cols).with_scales(BlockScales { scales: ScaleData::E8M0(&e8), block_rows: br, block_cols: bc });
+            let wide = MatRef::new(fmt, &w, rows, cols).with_scales(BlockScales { scales: (&f).into(), block_rows: br, block_cols: bc });
+            let mut want = vec![0.0; n_tok * rows];
+            matmul_reference(&wide, &xs, n_tok, &mut want);
+            let mut got = vec![0.0; n_tok * rows];
+            matmul_reference(&compact, &xs, n_tok, &mut got);
+            prop_assert_eq!(bits(&got), bits(&want));
+            for isa in cpu::available() {
+                let mut got = vec![0.0; n_tok * rows];
+                matmul_isa(isa, &compact, &xs, n_tok, &mut got);
+                prop_assert_eq!(bits(&got), bits(&want), "{:?}", isa);
+            }
+            for r in 0..rows {
+                prop_assert_eq!(compact.dot_row(r, &xs[..cols]).to_bits(), want[r].to_bits());
+            }
+        }
+
         /// Scaled formats (FP8, int8, int4, FP4) with block scales and partial edge blocks:
         /// batched, parallel, SIMD == the scalar reference on the dequantized rows == a plain
         /// f32 matrix holding the dequantized values; one row at a time (`dot_row`) too.
@@ -449,7 +596,7 @@ mod tests {
             let w: Vec<u8> = (0..rows * rb).map(|_| { let b = (next() >> 32) as u8; if fmt == WFormat::F8E4M3 && b & 0x7F == 0x7F { b ^ 1 } else { b } }).collect();
             let scales: Vec<f32> = (0..rows.div_ceil(br) * cols.div_ceil(bc)).map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 + 0.01) * 0.01).collect();
             let xs: Vec<f32> = (0..n_tok * cols).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
-            let m = MatRef::new(fmt, &w, rows, cols).with_scales(BlockScales { scales: &scales, block_rows: br, block_cols: bc });
+            let m = MatRef::new(fmt, &w, rows, cols).with_scales(BlockScales { scales: (&scales).into(), block_rows: br, block_cols: bc });
             let mut want = vec![0.0; n_tok * rows];
             matmul_reference(&m, &xs, n_tok, &mut want);
             // The same values stored as f32: the format's definition.

@@ -1,8 +1,8 @@
 //! Loading weights by name, checking shape and dtype once at load time.
 
 use coli_core::{DType, ModelDir, TensorView};
-use coli_kernels::matmul::BlockScales;
 use coli_kernels::matmul::{matmul, matmul_many};
+use coli_kernels::matmul::{BlockScales, ScaleData};
 use coli_kernels::{MatRef, WFormat};
 
 use crate::error::Result;
@@ -40,18 +40,30 @@ pub struct Linear {
 #[derive(Clone, Debug)]
 pub struct Scales {
     /// One scale per block, row-major over the block grid.
-    pub values: std::sync::Arc<[f32]>,
+    pub values: ScaleValues,
     /// Rows per block.
     pub block_rows: usize,
     /// Columns per block.
     pub block_cols: usize,
 }
 
+/// How [`Scales`] keeps its values.
+#[derive(Clone, Debug)]
+pub enum ScaleValues {
+    /// As f32 (FP8's `weight_scale_inv`, coli's int8/int4 containers).
+    F32(std::sync::Arc<[f32]>),
+    /// As the checkpoint's E8M0 bytes (MXFP4: a quarter of the memory of f32).
+    E8M0(std::sync::Arc<[u8]>),
+}
+
 impl Scales {
     /// As the kernels take them.
     pub fn block_scales(&self) -> BlockScales<'_> {
         BlockScales {
-            scales: &self.values,
+            scales: match &self.values {
+                ScaleValues::F32(v) => ScaleData::F32(v),
+                ScaleValues::E8M0(v) => ScaleData::E8M0(v),
+            },
             block_rows: self.block_rows,
             block_cols: self.block_cols,
         }
@@ -97,7 +109,7 @@ impl Linear {
                     });
                 }
                 Some(Scales {
-                    values: values.into(),
+                    values: ScaleValues::F32(values.into()),
                     block_rows: br,
                     block_cols: bc,
                 })
@@ -161,11 +173,6 @@ impl Linear {
                 format!("expert {e}: scale {i} is 255, NaN in E8M0"),
             ));
         }
-        // 2^(s - 127) for s in 0..=254 is a normal or subnormal f32 power of two: exact.
-        let values: Vec<f32> = raw
-            .iter()
-            .map(|&s| (2f64).powi(s as i32 - 127) as f32)
-            .collect();
         let bias_name = format!("{name}_bias");
         let bias = dir
             .tensor_shaped(&bias_name, &[n_experts, rows])?
@@ -177,8 +184,9 @@ impl Linear {
             rows,
             cols,
             bias: Some(bias),
+            // Kept as E8M0 bytes; the kernels widen a row's worth as they read it.
             scales: Some(Scales {
-                values: values.into(),
+                values: ScaleValues::E8M0(raw.into()),
                 block_rows: 1,
                 block_cols: BLOCK,
             }),

@@ -204,7 +204,7 @@ fn kernel_gb_s() -> std::collections::BTreeMap<String, f64> {
         let mut m = MatRef::new(fmt, &bytes, rows, cols);
         if let Some((br, bc)) = block {
             m = m.with_scales(BlockScales {
-                scales: &scales,
+                scales: (&scales).into(),
                 block_rows: br,
                 block_cols: bc,
             });

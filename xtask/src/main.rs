@@ -457,7 +457,7 @@ fn simd_vs_scalar() -> Check {
             let xs: Vec<f32> = (0..n_tok * cols).map(|_| rnd()).collect();
             let m = coli_kernels::MatRef::new(fmt, &w, rows, cols).with_scales(
                 coli_kernels::matmul::BlockScales {
-                    scales: &scales,
+                    scales: (&scales).into(),
                     block_rows: br,
                     block_cols: bc,
                 },
