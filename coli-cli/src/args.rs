@@ -170,6 +170,23 @@ pub(crate) struct RunArgs {
     /// them in one batched forward (same output, slower).
     #[arg(long)]
     pub(crate) no_drafts: bool,
+    /// Drafted tokens, verified in one batched forward (the output is the same either
+    /// way): "auto" (default) drafts what the request offers — grammar-forced tokens and
+    /// prompt lookup (n-gram matches in the prompt and the text so far); "lookup" the
+    /// same; "off" none. MTP drafting is not implemented yet.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub(crate) draft: DraftArg,
+}
+
+/// `--draft`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum DraftArg {
+    /// Whatever the model and request offer.
+    Auto,
+    /// Prompt lookup (and grammar-forced tokens).
+    Lookup,
+    /// No drafts.
+    Off,
 }
 
 #[derive(Args)]

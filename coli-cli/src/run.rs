@@ -9,7 +9,7 @@ use coli_models::tokenizer::ChatMessage;
 use coli_models::{Engine, GenerateRequest, OutputConstraint, Prompt, SamplingParams};
 use serde_json::json;
 
-use crate::args::{EvalArgs, ModelArg, RunArgs};
+use crate::args::{DraftArg, EvalArgs, ModelArg, RunArgs};
 use crate::Outcome;
 
 /// Resolves the placement and opens the engine.
@@ -55,7 +55,8 @@ fn request(a: &RunArgs) -> Result<(GenerateRequest, Option<&PathBuf>), String> {
         max_tokens: a.max_tokens,
         ignore_eos: a.ignore_eos,
         constraint,
-        drafts: !a.no_drafts,
+        drafts: !a.no_drafts && a.draft != DraftArg::Off,
+        lookup: a.draft != DraftArg::Off,
     };
     Ok((req, source))
 }
@@ -109,6 +110,9 @@ fn run_json(engine: &Engine, g: &Completion) -> serde_json::Value {
             "prefill_tok_s": g.prefill_tok_s(),
             "decode_tok_s": g.decode_tok_s(),
             "drafted_tokens": g.stats.drafted_tokens,
+            "draft_proposed": g.stats.draft_proposed,
+            "draft_forwards": g.stats.draft_forwards,
+            "draft_acceptance": g.stats.drafted_tokens as f64 / g.stats.draft_proposed.max(1) as f64,
             "placement": {
                 "threads": rayon::current_num_threads(),
                 "prefetch": engine.placement().prefetch.as_str(),
@@ -160,6 +164,15 @@ fn print_summary(engine: &Engine, g: &Completion) {
         st.decode_tokens as f64 / st.decode_s.max(1e-9),
         engine.load_s()
     );
+    if st.draft_proposed > 0 {
+        eprintln!(
+            "[drafts: {} of {} proposed tokens accepted ({:.0}%) in {} batched forwards]",
+            st.drafted_tokens,
+            st.draft_proposed,
+            100.0 * st.drafted_tokens as f64 / st.draft_proposed as f64,
+            st.draft_forwards
+        );
+    }
     if let Some(e) = &g.experts {
         eprintln!(
             "[experts while decoding: cache hit rate {:.1}%, prefetched {:.1}% ({} misses), {:.1} MB read per token at {:.0} MB/s; {} cached ({} per layer), {} pinned]",

@@ -63,6 +63,8 @@ pub struct GenerateRequest {
     /// Under a constraint, feed grammar-forced tokens as drafts in one batched forward
     /// (same output; off samples them one by one).
     pub drafts: bool,
+    /// Draft by prompt lookup ([`crate::PromptLookup`]); same output, verified in batches.
+    pub lookup: bool,
 }
 
 impl Default for GenerateRequest {
@@ -74,6 +76,7 @@ impl Default for GenerateRequest {
             ignore_eos: false,
             constraint: OutputConstraint::None,
             drafts: true,
+            lookup: true,
         }
     }
 }
@@ -351,6 +354,7 @@ impl Engine {
             None => None,
         };
         let mut session = Session::new(&self.model, prompt_ids.len() + req.max_tokens);
+        session.lookup = req.lookup.then(crate::PromptLookup::default);
         let mut sampler = Sampler::new(req.sampling.clone());
         let mut stream = self.tokenizer.as_ref().map(TextTokenizer::stream);
         let snapshot = || self.store_stats().unwrap_or_default();

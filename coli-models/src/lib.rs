@@ -57,5 +57,5 @@ pub use error::{ModelError, Result};
 pub use families::{load, load_dir, Capability, FamilyDescriptor, FAMILIES};
 pub use generate::{Completion, Engine, GenerateRequest, OutputConstraint, Prompt};
 pub use sampling::{Sampler, SamplingParams};
-pub use session::{FinishReason, Generation, Session};
+pub use session::{FinishReason, Generation, PromptLookup, Session};
 pub use tokenizer::TextTokenizer;

@@ -38,8 +38,59 @@ pub struct GenStats {
     pub decode_tokens: usize,
     /// Seconds spent in those steps.
     pub decode_s: f64,
-    /// Of the decoded tokens, those that came from grammar-forced drafts (fed in a batch).
+    /// Of the decoded tokens, those that came from drafts (grammar-forced or prompt
+    /// lookup) confirmed in a batched forward: the accepted drafts.
     pub drafted_tokens: usize,
+    /// Draft tokens proposed (accepted or not).
+    pub draft_proposed: usize,
+    /// Batched forwards that verified drafts.
+    pub draft_forwards: usize,
+}
+
+/// Prompt-lookup drafting: the tokens that followed the latest earlier occurrence of the
+/// context's last n-gram (n from `max_ngram` down to `min_ngram`) are proposed as the next
+/// ones. Costs no model work; pays on text that repeats its prompt (code edits, RAG,
+/// JSON keys). Verified like every draft, so the output is what decoding without it gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PromptLookup {
+    /// Longest n-gram matched.
+    pub max_ngram: usize,
+    /// Shortest n-gram matched.
+    pub min_ngram: usize,
+    /// Most tokens proposed at once (the length adapts below it: doubled after a fully
+    /// accepted draft, cut to what was accepted plus one after a rejection).
+    pub max_draft: usize,
+}
+
+impl Default for PromptLookup {
+    fn default() -> Self {
+        PromptLookup {
+            max_ngram: 3,
+            min_ngram: 2,
+            max_draft: 8,
+        }
+    }
+}
+
+impl PromptLookup {
+    /// Up to `k` tokens that followed the latest earlier match of `context`'s last n-gram.
+    pub fn propose(&self, context: &[u32], k: usize) -> Vec<u32> {
+        let len = context.len();
+        for n in (self.min_ngram.max(1)..=self.max_ngram).rev() {
+            if len <= n {
+                continue;
+            }
+            let tail = &context[len - n..];
+            // Latest match first; a match must leave at least one token after it.
+            for start in (0..len - n).rev() {
+                if &context[start..start + n] == tail {
+                    let from = start + n;
+                    return context[from..(from + k).min(len)].to_vec();
+                }
+            }
+        }
+        Vec::new()
+    }
 }
 
 /// The result of [`Session::generate`].
@@ -63,6 +114,8 @@ pub struct Session<'m> {
     pos: usize,
     /// How per-position RoPE and KV writes are scheduled (same bits either way).
     pub positions: PositionLoop,
+    /// Prompt-lookup drafting (off by default).
+    pub lookup: Option<PromptLookup>,
 }
 
 impl<'m> Session<'m> {
@@ -76,6 +129,7 @@ impl<'m> Session<'m> {
             scratch,
             pos: 0,
             positions: PositionLoop::Parallel,
+            lookup: None,
         }
     }
 
@@ -217,6 +271,9 @@ impl<'m> Session<'m> {
             max_tokens,
             stop_ids,
             on_token,
+            prompt,
+            draft_len: self.lookup.map_or(0, |l| l.max_draft.min(4)),
+            context: Vec::new(),
         };
         let t1 = Instant::now();
         let mut next = first;
@@ -251,13 +308,28 @@ impl<'m> Session<'m> {
         }
         let mut draft = constraint.draft();
         let room = (run.max_tokens - run.generated.len()).min(capacity - self.pos);
+        let lookup = draft.is_empty() && self.lookup.is_some();
+        if lookup {
+            draft = run.lookup_draft(self.lookup.unwrap_or_default());
+        }
         draft.truncate(room.saturating_sub(1));
         if draft.is_empty() {
             let logits = self.forward(&[next], false)?;
             run.stats.decode_tokens += 1;
             return picker.pick(logits, constraint).map(Some);
         }
-        self.verify_draft(next, &draft, run, picker, constraint)
+        let before = run.stats.drafted_tokens;
+        let after = self.verify_draft(next, &draft, run, picker, constraint)?;
+        if lookup {
+            let kept = run.stats.drafted_tokens - before;
+            let max = self.lookup.map_or(1, |l| l.max_draft.max(1));
+            run.draft_len = if kept == draft.len() {
+                (2 * run.draft_len).min(max)
+            } else {
+                (kept + 1).min(max)
+            };
+        }
+        Ok(after)
     }
 
     /// Tokens the constraint forces, fed with `next` in one batch; each is kept while
@@ -277,6 +349,8 @@ impl<'m> Session<'m> {
         batch.push(next);
         batch.extend_from_slice(draft);
         let rows = self.forward(&batch, true)?.to_vec();
+        run.stats.draft_proposed += draft.len();
+        run.stats.draft_forwards += 1;
         let mut kept = 0;
         let after = loop {
             let t = picker.pick(&rows[kept * vocab..(kept + 1) * vocab], constraint)?;
@@ -337,9 +411,24 @@ struct Run<'a, F> {
     max_tokens: usize,
     stop_ids: &'a [u32],
     on_token: F,
+    prompt: &'a [u32],
+    /// Tokens the next prompt-lookup draft may propose.
+    draft_len: usize,
+    /// Prompt and generated tokens, for lookup (filled on first use).
+    context: Vec<u32>,
 }
 
 impl<F: FnMut(u32)> Run<'_, F> {
+    /// A prompt-lookup draft over the prompt and the tokens generated so far.
+    fn lookup_draft(&mut self, l: PromptLookup) -> Vec<u32> {
+        if self.context.is_empty() {
+            self.context.extend_from_slice(self.prompt);
+        }
+        let have = self.context.len() - self.prompt.len();
+        self.context.extend_from_slice(&self.generated[have..]);
+        l.propose(&self.context, self.draft_len.max(1))
+    }
+
     /// Records `t`; false when it ends the generation (a stop id, or the constraint is
     /// complete).
     fn emit(&mut self, t: u32, constraint: &mut dyn Constraint) -> bool {

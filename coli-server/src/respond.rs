@@ -103,6 +103,8 @@ async fn start(
         ignore_eos: plan.ignore_eos,
         constraint: plan.constraint.clone(),
         drafts: false,
+        // The batched slots do not draft yet.
+        lookup: false,
     };
     let (tx, mut rx) = unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
