@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 pub const SIDECAR: &str = ".coli_analysis.json";
 
 /// Version of the sidecar format (a different version is a miss).
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Full scans run by this process.
 pub static SCANS: AtomicU64 = AtomicU64::new(0);
@@ -341,7 +341,13 @@ fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
                 _ => Some(&mut a.resident_dtype_bytes),
             };
             if let Some(m) = by_dtype {
-                *m.entry(e.dtype.clone()).or_insert(0) += bytes;
+                // Fused expert blocks are MXFP4 (U8 bytes holding e2m1 pairs): their own
+                // kernel rate, not coli int4's.
+                let dtype = match class {
+                    TensorClass::FusedExperts { .. } => "MXFP4",
+                    _ => e.dtype.as_str(),
+                };
+                *m.entry(dtype.to_string()).or_insert(0) += bytes;
             }
         }
         a.tensor_count += h.tensors.len();

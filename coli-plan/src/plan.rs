@@ -180,20 +180,26 @@ fn memory_gb_s() -> f64 {
 /// Decode-kernel throughput per stored dtype (weights in GB/s): a 64 MiB matrix (larger
 /// than the caches, so memory streaming is part of it) times one token, repeated for
 /// ~100 ms, on the current thread pool.
+/// The stored dtypes the kernel probe rates (`U8` is coli int4; `MXFP4` the e2m1
+/// blocks of gpt-oss, which the analysis names so).
+const PROBED: [&str; 7] = ["BF16", "F16", "F32", "I8", "U8", "F8_E4M3", "MXFP4"];
+
 fn kernel_gb_s() -> std::collections::BTreeMap<String, f64> {
     use coli_kernels::matmul::{matmul, BlockScales};
     use coli_kernels::{MatRef, WFormat};
     let cols = 4096usize;
     let x: Vec<f32> = (0..cols).map(|i| (i % 7) as f32 * 0.1).collect();
     let mut rates = std::collections::BTreeMap::new();
-    for (name, fmt, block) in [
-        ("BF16", WFormat::BF16, None),
-        ("F16", WFormat::F16, None),
-        ("F32", WFormat::F32, None),
-        ("I8", WFormat::I8, Some((1, cols))),
-        ("U8", WFormat::I4, Some((1, 64))),
-        ("F8_E4M3", WFormat::F8E4M3, Some((128, 128))),
-    ] {
+    let formats = [
+        (WFormat::BF16, None),
+        (WFormat::F16, None),
+        (WFormat::F32, None),
+        (WFormat::I8, Some((1, cols))),
+        (WFormat::I4, Some((1, 64))),
+        (WFormat::F8E4M3, Some((128, 128))),
+        (WFormat::F4E2M1, Some((1, 32))),
+    ];
+    for (name, (fmt, block)) in PROBED.into_iter().zip(formats) {
         let rows = (64usize << 20) / fmt.row_bytes(cols);
         let mut out = vec![0.0f32; rows];
         let bytes = vec![0x11u8; rows * fmt.row_bytes(cols)];
@@ -261,7 +267,8 @@ pub fn probe(analysis_dir: &Path, a: &Analysis, remeasure: bool) -> Probe {
     let cached = std::fs::read(&path)
         .ok()
         .and_then(|t| serde_json::from_slice::<Probe>(&t).ok())
-        .filter(|p| !remeasure && !p.kernel_gb_s.is_empty());
+        // A probe from a version that rated fewer formats is measured again.
+        .filter(|p| !remeasure && PROBED.iter().all(|d| p.kernel_gb_s.contains_key(*d)));
     let disk_file = largest.as_ref().map(|l| l.to_string_lossy().into_owned());
     if let Some(p) = &cached {
         if p.disk_file == disk_file {

@@ -27,6 +27,8 @@ fn totals_agree_with_the_loaded_model() {
         "glm5_dsa_shared_group_yarn",
         "deepseek_v3_fp8_b128",
         "llama_gqa",
+        "gpt_oss_window_yarn",
+        "minimax_m2_top3_shard",
     ] {
         let a = analyze_uncached(&fixture(name)).unwrap();
         let m = coli_models::load(fixture(name)).unwrap();
@@ -53,6 +55,17 @@ fn totals_agree_with_the_loaded_model() {
     assert!(a.mtp_bytes > 0, "the MTP layer is classified");
     let a = analyze_uncached(&fixture("glm5_dsa_full")).unwrap();
     assert!(a.indexer_bytes > 0 && a.shared_expert_bytes > 0);
+    // gpt-oss: the streamed bytes are exactly the MXFP4 blocks the store reads, rated as
+    // MXFP4; their E8M0 scales and biases stay resident (U8 / BF16).
+    let name = "gpt_oss_window_yarn";
+    let a = analyze_uncached(&fixture(name)).unwrap();
+    let m = coli_models::load(fixture(name)).unwrap();
+    assert_eq!(a.expert_bytes, m.expert_census().total_bytes);
+    assert_eq!(
+        a.expert_dtype_bytes.keys().collect::<Vec<_>>(),
+        vec!["MXFP4"]
+    );
+    assert!(a.resident_dtype_bytes.contains_key("U8"));
 }
 
 #[test]
