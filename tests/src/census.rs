@@ -41,6 +41,21 @@ pub fn write_census(dir: &Path, which: Census) -> std::io::Result<usize> {
     write_sparse(dir, &tensors, shards, &config)
 }
 
+/// Grouped-query attention's projections: name, rows, columns.
+fn gqa_projections(
+    h: usize,
+    heads: usize,
+    kv: usize,
+    hd: usize,
+) -> [(&'static str, usize, usize); 4] {
+    [
+        ("q_proj", heads * hd, h),
+        ("k_proj", kv * hd, h),
+        ("v_proj", kv * hd, h),
+        ("o_proj", h, heads * hd),
+    ]
+}
+
 /// FP8 weight and its 128 x 128 `weight_scale_inv` grid.
 fn fp8(name: String, r: usize, c: usize) -> [Entry; 2] {
     [
@@ -144,12 +159,7 @@ fn gpt_oss_120b() -> (Vec<Entry>, usize, serde_json::Value) {
     ];
     for l in 0..layers {
         let p = format!("model.layers.{l}");
-        for (n, r, c) in [
-            ("q_proj", heads * hd, h),
-            ("k_proj", kv * hd, h),
-            ("v_proj", kv * hd, h),
-            ("o_proj", h, heads * hd),
-        ] {
+        for (n, r, c) in gqa_projections(h, heads, kv, hd) {
             t.push((format!("{p}.self_attn.{n}.weight"), "BF16", vec![r, c]));
             t.push((format!("{p}.self_attn.{n}.bias"), "BF16", vec![r]));
         }
@@ -214,12 +224,7 @@ fn minimax_m2() -> (Vec<Entry>, usize, serde_json::Value) {
     ];
     for l in 0..layers {
         let p = format!("model.layers.{l}");
-        for (n, r, c) in [
-            ("q_proj", heads * hd, h),
-            ("k_proj", kv * hd, h),
-            ("v_proj", kv * hd, h),
-            ("o_proj", h, heads * hd),
-        ] {
+        for (n, r, c) in gqa_projections(h, heads, kv, hd) {
             t.extend(fp8(format!("{p}.self_attn.{n}"), r, c));
         }
         t.push((

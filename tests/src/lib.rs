@@ -69,6 +69,16 @@ pub fn floats(v: &Value) -> Vec<f64> {
 }
 
 impl Reference {
+    /// Copies the fixture's files (not its sidecars, which start with '.') into `dst`.
+    pub fn copy_files_to(&self, dst: &std::path::Path) {
+        for e in std::fs::read_dir(&self.dir).expect("fixture dir") {
+            let e = e.expect("fixture entry");
+            if !e.file_name().to_string_lossy().starts_with('.') {
+                std::fs::copy(e.path(), dst.join(e.file_name())).expect("copy fixture file");
+            }
+        }
+    }
+
     /// Loads fixture `name`.
     pub fn load(name: &str) -> Reference {
         let dir = fixtures_dir().join(name);

@@ -8,12 +8,7 @@ use serde_json::{Map, Value};
 /// A copy of the fixture with its config rewritten by `edit`.
 fn with_config(r: &Reference, edit: impl FnOnce(&mut Map<String, Value>)) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(&r.dir).unwrap() {
-        let e = e.unwrap();
-        if !e.file_name().to_string_lossy().starts_with('.') {
-            std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
-        }
-    }
+    r.copy_files_to(tmp.path());
     let path = tmp.path().join("config.json");
     let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     edit(cfg.as_object_mut().unwrap());

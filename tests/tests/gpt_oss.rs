@@ -6,14 +6,8 @@ use serde_json::Value;
 
 /// A copy of the fixture (sidecars left out).
 fn copy(fixture: &str) -> tempfile::TempDir {
-    let r = Reference::load(fixture);
     let tmp = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(&r.dir).unwrap() {
-        let e = e.unwrap();
-        if !e.file_name().to_string_lossy().starts_with('.') {
-            std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
-        }
-    }
+    Reference::load(fixture).copy_files_to(tmp.path());
     tmp
 }
 

@@ -9,12 +9,7 @@ use coli_tests::{placement, Reference, TINY_FIXTURES};
 /// A fixture's files (no sidecars) in a temp dir.
 fn copy_fixture(r: &Reference) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(&r.dir).unwrap() {
-        let e = e.unwrap();
-        if !e.file_name().to_string_lossy().starts_with('.') {
-            std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
-        }
-    }
+    r.copy_files_to(tmp.path());
     tmp
 }
 
