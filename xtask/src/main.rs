@@ -191,10 +191,13 @@ fn synth(args: &[String]) -> ExitCode {
 
 fn cargo(args: &[&str]) -> bool {
     eprintln!("+ cargo {}", args.join(" "));
-    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let t = Instant::now();
+    let ok = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(args)
         .status()
-        .is_ok_and(|s| s.success())
+        .is_ok_and(|s| s.success());
+    eprintln!("  ({:.0} s)", t.elapsed().as_secs_f64());
+    ok
 }
 
 /// The workspace's `rust-version`, checked: `cargo check` with that toolchain when rustup
@@ -214,6 +217,7 @@ fn msrv_check() -> bool {
         return true;
     }
     eprintln!("+ cargo +{MSRV} check --workspace (rust-version)");
+    let t = Instant::now();
     let ok = Command::new("rustup")
         .args(["run", MSRV, "cargo", "check", "--workspace", "--quiet"])
         .env("CARGO_TARGET_DIR", "target/msrv")
@@ -221,6 +225,7 @@ fn msrv_check() -> bool {
         .env_remove("RUSTC")
         .status()
         .is_ok_and(|s| s.success());
+    eprintln!("  ({:.0} s)", t.elapsed().as_secs_f64());
     if !ok {
         eprintln!("xtask test: the workspace does not build with Rust {MSRV} (rust-version)");
     }
@@ -240,9 +245,17 @@ fn test() -> ExitCode {
             "warnings",
         ],
         &["test", "--release", "--workspace"],
-        // The parsers of untrusted bytes once more in debug: overflow checks and debug
-        // assertions run.
-        &["test", "-p", "coli-core", "-p", "coli-grammar"],
+        // The parsers of untrusted bytes once more with overflow checks and debug
+        // assertions on (the `checked` profile: dev's checks, light optimisation).
+        &[
+            "test",
+            "--profile",
+            "checked",
+            "-p",
+            "coli-core",
+            "-p",
+            "coli-grammar",
+        ],
     ];
     for s in steps {
         if !cargo(s) {
