@@ -57,9 +57,9 @@ def decisive_init(model, seed, gain, bias_shift=0.0):
                 b.copy_(v.to(torch.bfloat16).to(torch.float32))
 
 
-def reference(model, vocab, seed):
+def reference(model, vocab, seed, seq_len=SEQ_LEN):
     g = torch.Generator().manual_seed(seed + 1)
-    ids = torch.randint(0, vocab, (1, SEQ_LEN), generator=g)
+    ids = torch.randint(0, vocab, (1, seq_len), generator=g)
     with torch.no_grad():
         logits = model(ids).logits[0].float()
         top2 = torch.topk(logits, 2, dim=-1).values
@@ -258,7 +258,8 @@ def check_router_margins(model, top_k):
 
 
 def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp=False, rename_type=None,
-          bias_shift=0.0, fp8_block=None, mxfp4=False, **kw):
+          bias_shift=0.0, fp8_block=None, mxfp4=False, seq_len=SEQ_LEN, check_routes=False, post_init=None,
+          **kw):
     if ONLY and name not in ONLY:
         return
     cfg = AutoConfig.for_model(model_type, **kw)
@@ -266,12 +267,14 @@ def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
     decisive_init(model, seed, gain, bias_shift)
+    if post_init:
+        post_init(model, seed)
     fp8 = quantize_fp8(model, fp8_block) if fp8_block else None
     mx = quantize_gpt_oss_experts(model, seed) if mxfp4 else None
-    gaps = check_router_margins(model, cfg.num_experts_per_tok) if mxfp4 else []
+    gaps = check_router_margins(model, cfg.num_experts_per_tok) if mxfp4 or check_routes else []
     if cfg.tie_word_embeddings:
         model.tie_weights()
-    ref, logits = reference(model, cfg.vocab_size, seed)
+    ref, logits = reference(model, cfg.vocab_size, seed, seq_len)
     if gaps and min(gaps) < 1e-5:
         sys.exit(f"{name}: a routing decision is within {min(gaps):.1e} of a tie; change the seed")
     out = os.path.join(ROOT, name)
@@ -425,6 +428,38 @@ def tiny5():
           rotary_dim=16, bias_shift=0.5, **mm)
     build("minimax_m2_top3_shard", "minimax_m2", 102, num_hidden_layers=2, num_experts_per_tok=3,
           rotary_dim=8, shard="100KB", **mm)
+
+
+    # Qwen3-Next: Gated DeltaNet linear-attention layers between gated full-attention layers,
+    # sequences longer than the delta rule's 64-token chunk (transformers' prefill runs the
+    # chunked form, coli the recurrent one), shared expert with a sigmoid gate, zero-centred
+    # RMSNorm weights, partial RoPE.
+    nxt = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, partial_rotary_factor=0.25,
+               linear_key_head_dim=16, linear_value_head_dim=16, moe_intermediate_size=32,
+               shared_expert_intermediate_size=48, num_experts=8, check_routes=True,
+               post_init=mild_decay, **common)
+    build("qwen3_next_hybrid", "qwen3_next", 111, num_hidden_layers=4, full_attention_interval=2,
+          linear_num_key_heads=2, linear_num_value_heads=4, linear_conv_kernel_dim=4, num_experts_per_tok=2,
+          norm_topk_prob=True, mlp_only_layers=[0], intermediate_size=96, seq_len=80, **nxt)
+    # One value head per key head, a 3-tap conv, explicit layer_types, no top-k renormalisation,
+    # rope_theta as the release, shards.
+    build("qwen3_next_layer_types_shard", "qwen3_next", 112, num_hidden_layers=3,
+          layer_types=["linear_attention", "full_attention", "linear_attention"], linear_num_key_heads=4,
+          linear_num_value_heads=4, linear_conv_kernel_dim=3, num_experts_per_tok=3, norm_topk_prob=False,
+          intermediate_size=64, rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                                                 "partial_rotary_factor": 0.25},
+          seq_len=72, shard="100KB", **nxt)
+
+
+def mild_decay(model, seed):
+    """Qwen3-Next's A_log: decays exp(g) near 1 (as trained models have), so the recurrent state
+    carries information across the whole sequence and over the chunk boundary."""
+    g = torch.Generator().manual_seed(seed + 7)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                v = torch.log(0.02 + 0.3 * torch.rand(p.shape, generator=g))
+                p.copy_(v.to(torch.bfloat16).to(torch.float32))
 
 
 def dequantize_container(d):

@@ -7,6 +7,7 @@
 
 pub mod attention;
 pub mod cpu;
+pub mod deltanet;
 pub mod dequant;
 pub mod dot;
 pub mod matmul;

@@ -378,7 +378,8 @@ impl Engine {
         };
         // At least the last prompt token is recomputed: its logits give the first token.
         let reuse = slot.common_prefix(&prompt).min(prompt.len() - 1);
-        slot.session.truncate(reuse);
+        // A linear-attention model keeps a prefix only when it is the whole history.
+        let reuse = slot.session.truncate(reuse);
         slot.tokens.truncate(reuse);
         let mut d = Decoding {
             sampler: Sampler::new(req.sampling.clone()),

@@ -116,6 +116,8 @@ pub struct Session<'m> {
     pub positions: PositionLoop,
     /// Prompt-lookup drafting (off by default).
     pub lookup: Option<PromptLookup>,
+    /// Recurrent states saved before a draft's verification (linear-attention models).
+    saved_states: Vec<f32>,
 }
 
 impl<'m> Session<'m> {
@@ -130,6 +132,7 @@ impl<'m> Session<'m> {
             pos: 0,
             positions: PositionLoop::Parallel,
             lookup: None,
+            saved_states: Vec::new(),
         }
     }
 
@@ -155,8 +158,16 @@ impl<'m> Session<'m> {
 
     /// Keeps the first `len` positions and forgets the rest (a shared prefix is reused:
     /// the positions after it are recomputed, with the same bits as the first time).
-    pub fn truncate(&mut self, len: usize) {
-        self.pos = self.pos.min(len);
+    /// A model with a recurrent state (linear attention) cannot go back to an earlier
+    /// position: it keeps everything when `len` covers it, else starts over. Returns the
+    /// positions kept.
+    pub fn truncate(&mut self, len: usize) -> usize {
+        self.pos = if len < self.pos && self.kv.has_states() {
+            0
+        } else {
+            self.pos.min(len)
+        };
+        self.pos
     }
 
     /// The model.
@@ -348,6 +359,12 @@ impl<'m> Session<'m> {
         let mut batch = Vec::with_capacity(draft.len() + 1);
         batch.push(next);
         batch.extend_from_slice(draft);
+        // A recurrent state cannot be cut back: keep the state before the batch, to
+        // replay the kept tokens from it if a draft is refused.
+        let states = self.kv.has_states();
+        if states {
+            self.kv.save_states(&mut self.saved_states);
+        }
         let rows = self.forward(&batch, true)?.to_vec();
         run.stats.draft_proposed += draft.len();
         run.stats.draft_forwards += 1;
@@ -366,6 +383,11 @@ impl<'m> Session<'m> {
             }
         };
         self.pos = base + 1 + kept;
+        if states && kept < draft.len() {
+            self.kv.restore_states(&self.saved_states);
+            self.pos = base;
+            self.forward(&batch[..1 + kept], false)?;
+        }
         Ok(after)
     }
 }

@@ -38,6 +38,8 @@ pub const TINY_FIXTURES: &[&str] = &[
     "gpt_oss_clamp_top3",
     "minimax_m2_partial_rope",
     "minimax_m2_top3_shard",
+    "qwen3_next_hybrid",
+    "qwen3_next_layer_types_shard",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

@@ -189,6 +189,41 @@ fn a_reused_prefix_gives_the_tokens_of_a_fresh_slot() {
     }
 }
 
+/// A linear-attention model's state cannot go back to an earlier position: a slot reuses
+/// its history only when the new prompt continues all of it, and otherwise starts over,
+/// with the tokens of a fresh slot either way.
+#[test]
+fn a_recurrent_state_is_reused_whole_or_not_at_all() {
+    for name in ["qwen3_next_hybrid", "qwen3_next_layer_types_shard"] {
+        let engine = Engine::open(&fixtures_dir().join(name), &Placement::default()).unwrap();
+        let reqs = requests(engine.model().info.vocab_size as u32);
+        let mut slot = engine.slot(64);
+        let first = together_on(&engine, &mut slot, &reqs[0]);
+        let Prompt::Ids(prompt) = reqs[0].prompt.clone() else {
+            unreachable!()
+        };
+        let mut whole = prompt.clone();
+        whole.extend(first.iter().map(|t| t.0));
+        whole.extend([5, 6]);
+        // Shares all but the last prompt token: a KV cache would keep that prefix.
+        let mut partial = prompt[..prompt.len() - 1].to_vec();
+        partial.extend([7, 8]);
+        for (ids, cached) in [(whole.clone(), whole.len() - 3), (partial, 0)] {
+            let next = GenerateRequest {
+                prompt: Prompt::Ids(ids.clone()),
+                ..reqs[1].clone()
+            };
+            let mut d = engine.begin(&mut slot, &next, &opts()).unwrap();
+            assert_eq!(d.cached_tokens(), cached, "{name}");
+            let mut got = Vec::new();
+            trace(&mut d, &mut got);
+            run_out(&engine, &mut slot, &mut d, &mut got);
+            let fresh = together(&engine, std::slice::from_ref(&next), 0).remove(0);
+            assert_eq!(got, fresh, "{name}: {cached} reused tokens vs a fresh slot");
+        }
+    }
+}
+
 fn together_on<'e>(engine: &'e Engine, slot: &mut Slot<'e>, req: &GenerateRequest) -> Vec<Traced> {
     let mut out = Vec::new();
     let mut d = engine.begin(slot, req, &opts()).unwrap();

@@ -3,6 +3,7 @@
 //! token, greedy and sampled, on every fixture.
 
 use coli_models::sampling::{Sampler, SamplingParams};
+use coli_models::session::Constraint;
 use coli_models::{PromptLookup, Session};
 use coli_tests::{Reference, TINY_FIXTURES};
 
@@ -72,4 +73,59 @@ fn drafted_generation_equals_plain_generation_on_every_fixture() {
         accepted > 0 && accepted < proposed,
         "{accepted} of {proposed}"
     );
+}
+
+/// Drafts the plain answer's next three tokens with the third one wrong: every
+/// verification keeps two drafts and refuses one.
+struct HalfRightDrafts {
+    answer: Vec<u32>,
+    vocab: u32,
+    seen: usize,
+}
+
+impl Constraint for HalfRightDrafts {
+    fn mask(&mut self, _: &mut [f32]) {}
+    fn accept(&mut self, _: u32) -> bool {
+        self.seen += 1;
+        true
+    }
+    fn draft(&mut self) -> Vec<u32> {
+        let next = &self.answer[self.seen.min(self.answer.len())..];
+        let mut d: Vec<u32> = next.iter().take(3).copied().collect();
+        if let Some(last) = d.get_mut(2) {
+            *last = (*last + 1) % self.vocab;
+        }
+        d
+    }
+}
+
+/// A linear-attention model cannot cut its recurrent state back to the accepted drafts:
+/// the state before the verification batch is put back and the kept tokens replayed. A
+/// refused draft must leave the same answer as decoding without drafts.
+#[test]
+fn refused_drafts_restore_the_recurrent_state() {
+    for name in ["qwen3_next_hybrid", "qwen3_next_layer_types_shard"] {
+        let r = Reference::load(name);
+        let prompt = &r.ids()[..8];
+        let (plain, _) = generate(&r, prompt, 24, 0.0, false);
+        let m = coli_models::load(&r.dir).unwrap();
+        let mut s = Session::new(&m, prompt.len() + 24);
+        let mut drafts = HalfRightDrafts {
+            answer: plain.clone(),
+            vocab: r.vocab() as u32,
+            seen: 0,
+        };
+        let mut sampler = Sampler::new(SamplingParams::default());
+        let g = s
+            .generate_constrained(prompt, 24, &mut sampler, &[], &mut drafts, |_| {})
+            .unwrap();
+        assert_eq!(g.generated_ids, plain, "{name}");
+        let st = &g.stats;
+        assert!(
+            st.drafted_tokens > 0 && st.drafted_tokens < st.draft_proposed,
+            "{name}: drafts must be both kept and refused ({} of {})",
+            st.drafted_tokens,
+            st.draft_proposed
+        );
+    }
 }

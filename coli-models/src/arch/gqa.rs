@@ -3,6 +3,7 @@
 
 use coli_core::ModelDir;
 use coli_kernels::attention::{attend_window, KvView};
+use coli_kernels::routing::sigmoid;
 use rayon::prelude::*;
 
 use super::scratch::grow;
@@ -52,6 +53,9 @@ pub struct Attention {
     pub window: Option<usize>,
     /// One learned logit per query head that joins the softmax's denominator (gpt-oss).
     pub sinks: Option<Vec<f32>>,
+    /// Qwen3-Next's output gate: `q_proj` gives `[q | gate]` per head (`2 head_dim` rows
+    /// each), and the attention output is multiplied by `sigmoid(gate)` before `o_proj`.
+    pub output_gate: bool,
 }
 
 /// One position's q, k, v rows and its KV cache rows, as the position loop hands them out.
@@ -72,6 +76,28 @@ impl Attention {
         qkv_bias: bool,
         o_bias: bool,
     ) -> Result<Attention> {
+        Self::load_with(dir, prefix, info, qkv_bias, o_bias, false)
+    }
+
+    /// Gated attention (Qwen3-Next): as [`Attention::load`], with `q_proj` giving
+    /// `[q | gate]` per head.
+    pub fn load_gated(
+        dir: &ModelDir,
+        prefix: &str,
+        info: &ModelInfo,
+        bias: bool,
+    ) -> Result<Attention> {
+        Self::load_with(dir, prefix, info, bias, bias, true)
+    }
+
+    fn load_with(
+        dir: &ModelDir,
+        prefix: &str,
+        info: &ModelInfo,
+        qkv_bias: bool,
+        o_bias: bool,
+        output_gate: bool,
+    ) -> Result<Attention> {
         let (h, qd, kvd) = (
             info.hidden_size,
             info.n_heads * info.head_dim,
@@ -81,7 +107,7 @@ impl Attention {
             Linear::load_prefixed(dir, &format!("{prefix}.{name}"), rows, cols, bias)
         };
         Ok(Attention {
-            q_proj: w("q_proj", qd, h, qkv_bias)?,
+            q_proj: w("q_proj", if output_gate { 2 * qd } else { qd }, h, qkv_bias)?,
             k_proj: w("k_proj", kvd, h, qkv_bias)?,
             v_proj: w("v_proj", kvd, h, qkv_bias)?,
             o_proj: w("o_proj", h, qd, o_bias)?,
@@ -89,6 +115,7 @@ impl Attention {
             clip_qkv: None,
             window: None,
             sinks: None,
+            output_gate,
         })
     }
 
@@ -102,6 +129,10 @@ impl Attention {
         grow(&mut s.k, n * kvd);
         grow(&mut s.v, n * kvd);
         grow(&mut s.attn, n * qd);
+        if self.output_gate {
+            grow(&mut s.gate.packed, n * 2 * qd);
+            grow(&mut s.gate.gate, n * qd);
+        }
     }
 
     /// Attention of the step's tokens: leaves the projected output in `s.proj`.
@@ -133,6 +164,11 @@ impl Attention {
 
     fn output(&self, st: &Step, s: &mut Scratch) {
         let (n, h, qd) = (st.n, st.model.info.hidden_size, self.q_width(st));
+        if self.output_gate {
+            for (a, &g) in s.attn[..n * qd].iter_mut().zip(&s.gate.gate[..n * qd]) {
+                *a *= sigmoid(g);
+            }
+        }
         self.o_proj
             .forward(&s.attn[..n * qd], n, &mut s.proj[..n * h]);
     }
@@ -149,12 +185,34 @@ impl Attention {
     fn project(&self, st: &Step, s: &mut Scratch) {
         let (n, h) = (st.n, st.model.info.hidden_size);
         let (qd, kvd) = (self.q_width(st), self.kv_width(st));
-        Linear::forward_group(
-            [&self.q_proj, &self.k_proj, &self.v_proj],
-            &s.xn[..n * h],
-            n,
-            [&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]],
-        );
+        if self.output_gate {
+            Linear::forward_group(
+                [&self.q_proj, &self.k_proj, &self.v_proj],
+                &s.xn[..n * h],
+                n,
+                [
+                    &mut s.gate.packed[..n * 2 * qd],
+                    &mut s.k[..n * kvd],
+                    &mut s.v[..n * kvd],
+                ],
+            );
+            let hd = st.model.info.head_dim;
+            let per_head = s.gate.packed[..n * 2 * qd].chunks_exact(2 * hd);
+            let outs = s.q[..n * qd]
+                .chunks_exact_mut(hd)
+                .zip(s.gate.gate[..n * qd].chunks_exact_mut(hd));
+            for (src, (q, g)) in per_head.zip(outs) {
+                q.copy_from_slice(&src[..hd]);
+                g.copy_from_slice(&src[hd..]);
+            }
+        } else {
+            Linear::forward_group(
+                [&self.q_proj, &self.k_proj, &self.v_proj],
+                &s.xn[..n * h],
+                n,
+                [&mut s.q[..n * qd], &mut s.k[..n * kvd], &mut s.v[..n * kvd]],
+            );
+        }
         // Full-projection weights span a whole row; per-head weights repeat every head_dim.
         if let QkNorm::FullProjection { q, k } | QkNorm::PerHead { q, k } = &self.qk_norm {
             let eps = st.model.rms_norm_eps;

@@ -41,6 +41,11 @@ pub struct KvLayout {
     pub layers: usize,
     /// Per layer, the width of the DSA indexer's key cache (0 where there is none).
     pub index_widths: Vec<usize>,
+    /// Per layer, whether it keeps keys and values per position (false: a linear-attention
+    /// layer, whose state does not grow with the sequence).
+    pub attends: Vec<bool>,
+    /// Per layer, the floats of its fixed-size recurrent state per sequence (0: none).
+    pub state_floats: Vec<usize>,
 }
 
 impl KvLayout {
@@ -50,6 +55,8 @@ impl KvLayout {
             shape,
             layers,
             index_widths: vec![0; layers],
+            attends: vec![true; layers],
+            state_floats: vec![0; layers],
         }
     }
 
@@ -59,14 +66,22 @@ impl KvLayout {
             shape: model.info.kv,
             layers: model.layers.len(),
             index_widths: index_key_widths(model).collect(),
+            attends: model.layers.iter().map(|l| attends(&l.attn)).collect(),
+            state_floats: model.layers.iter().map(|l| state_floats(&l.attn)).collect(),
         }
     }
 
     /// Bytes per position over all layers (f32 elements).
     pub fn bytes_per_position(&self) -> usize {
         let per_layer = self.shape.key_width + self.shape.value_width;
-        (self.layers * per_layer + self.index_widths.iter().sum::<usize>())
+        let attending = self.attends.iter().filter(|&&a| a).count();
+        (attending * per_layer + self.index_widths.iter().sum::<usize>())
             * std::mem::size_of::<f32>()
+    }
+
+    /// Bytes of the recurrent states of one sequence, whatever its length.
+    pub fn state_bytes(&self) -> usize {
+        self.state_floats.iter().sum::<usize>() * std::mem::size_of::<f32>()
     }
 }
 
@@ -77,6 +92,9 @@ pub struct KvCache {
     pub(crate) keys: Vec<Vec<f32>>,
     pub(crate) values: Vec<Vec<f32>>,
     pub(crate) index_keys: Vec<Vec<f32>>,
+    /// Per layer, the recurrent state of a linear-attention layer (empty elsewhere); a
+    /// forward starting at position 0 resets it.
+    pub(crate) states: Vec<Vec<f32>>,
     /// Positions the cache can hold.
     pub capacity: usize,
 }
@@ -85,20 +103,57 @@ impl KvCache {
     /// Allocates the whole cache up front (decode never allocates).
     pub fn new(model: &Transformer, capacity: usize) -> KvCache {
         let (kw, vw) = (model.info.kv.key_width, model.info.kv.value_width);
-        let n = model.layers.len();
+        let per_layer = |w: usize| {
+            model
+                .layers
+                .iter()
+                .map(|l| vec![0.0; if attends(&l.attn) { capacity * w } else { 0 }])
+                .collect()
+        };
         KvCache {
-            keys: (0..n).map(|_| vec![0.0; capacity * kw]).collect(),
-            values: (0..n).map(|_| vec![0.0; capacity * vw]).collect(),
+            keys: per_layer(kw),
+            values: per_layer(vw),
             index_keys: index_key_widths(model)
                 .map(|w| vec![0.0; capacity * w])
+                .collect(),
+            states: model
+                .layers
+                .iter()
+                .map(|l| vec![0.0; state_floats(&l.attn)])
                 .collect(),
             capacity,
         }
     }
 
+    /// Whether a layer keeps a recurrent state (then the cache cannot be cut back to an
+    /// earlier position: see [`KvCache::save_states`]).
+    pub fn has_states(&self) -> bool {
+        self.states.iter().any(|s| !s.is_empty())
+    }
+
+    /// Copies every recurrent state into `into` (grown to fit), to go back to this point.
+    pub fn save_states(&self, into: &mut Vec<f32>) {
+        into.clear();
+        for s in &self.states {
+            into.extend_from_slice(s);
+        }
+    }
+
+    /// Puts back the states [`KvCache::save_states`] copied.
+    pub fn restore_states(&mut self, from: &[f32]) {
+        let mut at = 0;
+        for s in &mut self.states {
+            let len = s.len();
+            s.copy_from_slice(&from[at..at + len]);
+            at += len;
+        }
+        assert_eq!(at, from.len(), "states saved from another model");
+    }
+
     /// Bytes [`KvCache::new`] allocates for `capacity` positions, without allocating.
     pub fn bytes_for(model: &Transformer, capacity: usize) -> usize {
-        KvLayout::of(model).bytes_per_position() * capacity
+        let l = KvLayout::of(model);
+        l.bytes_per_position() * capacity + l.state_bytes()
     }
 
     /// Bytes the cache holds.
@@ -108,6 +163,7 @@ impl KvCache {
             .iter()
             .chain(&self.values)
             .chain(&self.index_keys)
+            .chain(&self.states)
             .map(Vec::len)
             .sum();
         n * std::mem::size_of::<f32>()
@@ -122,6 +178,19 @@ fn index_key_widths(model: &Transformer) -> impl Iterator<Item = usize> + '_ {
             .as_ref()
             .and_then(|d| d.indexer.as_ref())
             .map_or(0, |ind| ind.head_dim),
-        Mixer::Gqa(_) => 0,
+        Mixer::Gqa(_) | Mixer::DeltaNet(_) => 0,
     })
+}
+
+/// Whether a layer's mixer keeps keys and values per position.
+fn attends(m: &Mixer) -> bool {
+    !matches!(m, Mixer::DeltaNet(_))
+}
+
+/// Floats of a layer's recurrent state per sequence.
+fn state_floats(m: &Mixer) -> usize {
+    match m {
+        Mixer::DeltaNet(d) => d.dims.state_floats(),
+        _ => 0,
+    }
 }

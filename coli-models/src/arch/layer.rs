@@ -3,7 +3,7 @@
 
 use coli_core::ModelDir;
 
-use super::{Attention, Mla, Mlp, ModelInfo, Moe, MAX_ROT_HALF};
+use super::{Attention, GatedDeltaNet, Mla, Mlp, ModelInfo, Moe, MAX_ROT_HALF};
 use crate::error::Result;
 use crate::weights::{load_vector, Linear};
 
@@ -14,6 +14,8 @@ pub enum Mixer {
     Gqa(Box<Attention>),
     /// Multi-head latent attention over a compressed cache.
     Mla(Box<Mla>),
+    /// Gated DeltaNet linear attention over a fixed-size recurrent state.
+    DeltaNet(Box<GatedDeltaNet>),
 }
 
 /// The feed-forward part of a layer.

@@ -1,6 +1,6 @@
 //! Every weight matrix of a model with its role: what conversion and placement walk.
 
-use super::{Ffn, Mixer, MlaQuery, Transformer};
+use super::{DeltaInput, Ffn, Mixer, MlaQuery, Transformer};
 use crate::weights::Linear;
 
 /// What a weight matrix is for (conversion and placement treat them differently).
@@ -37,6 +37,15 @@ impl Transformer {
                     [&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj]
                         .map(|x| (Dense, x)),
                 ),
+                Mixer::DeltaNet(d) => {
+                    match &mut d.input {
+                        DeltaInput::Grouped { qkvz, ba } => v.extend([(Dense, qkvz), (Dense, ba)]),
+                        DeltaInput::Split { qkv, z, b, a } => {
+                            v.extend([qkv, z, b, a].map(|x| (Dense, x)))
+                        }
+                    }
+                    v.push((Dense, &mut d.out_proj));
+                }
                 Mixer::Mla(m) => {
                     match &mut m.q {
                         MlaQuery::Direct(q) => v.push((Dense, q)),

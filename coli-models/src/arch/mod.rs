@@ -4,6 +4,7 @@
 //! * [`gqa`]: grouped-query attention (optional q/k norm, clipping).
 //! * [`mla`]: multi-head latent attention over a compressed cache.
 //! * [`dsa`]: DeepSeek sparse attention's lightning indexer (GLM-5).
+//! * [`deltanet`]: Gated DeltaNet linear attention over a recurrent state (Qwen3-Next).
 //! * [`mlp`]: the SwiGLU MLP.
 //! * [`moe`]: routed mixture of experts (softmax or grouped-sigmoid routing, shared expert).
 //! * [`kv`]: the KV cache and its shape; [`scratch`]: the reusable buffers.
@@ -13,6 +14,7 @@
 //! with more rows, and every per-token result is computed in the same order either way,
 //! so a prompt fed in one batch and one token at a time give identical bits.
 
+pub mod deltanet;
 pub mod dsa;
 pub mod gqa;
 pub mod kv;
@@ -27,6 +29,7 @@ pub mod scratch;
 use coli_kernels::norm::rms_norm;
 use coli_kernels::rope::{apply as apply_rope, RopeLayout, RopeTable};
 
+pub use self::deltanet::{DeltaDims, DeltaInput, GatedDeltaNet};
 pub use self::dsa::{Dsa, Indexer};
 pub use self::gqa::{Attention, QkNorm};
 pub use self::kv::{KvCache, KvLayout, KvShape};
@@ -158,6 +161,7 @@ impl Transformer {
         self.run_layers(n, start, positions, s, |mixer, step, s| match mixer {
             Mixer::Gqa(a) => a.forward(step, kv, s),
             Mixer::Mla(m) => m.forward(step, kv, s),
+            Mixer::DeltaNet(d) => d.forward(step, kv, s),
         })?;
         self.head(n - rows, rows, s);
         Ok(())
@@ -204,6 +208,7 @@ impl Transformer {
             s,
             |mixer, step, s| match mixer {
                 Mixer::Gqa(a) => a.forward_rows(step, kvs, starts, s),
+                Mixer::DeltaNet(d) => d.forward_rows(step, kvs, starts, s),
                 Mixer::Mla(m) => {
                     let per_row = kvs.iter_mut().zip(starts).zip(&mut rows).enumerate();
                     for (r, ((kv, &start), rs)) in per_row {

@@ -29,6 +29,10 @@ pub struct Scratch {
     pub(crate) dsa: DsaScratch,
     /// MoE routing and per-expert gather buffers.
     pub(crate) moe: MoeScratch,
+    /// Gated DeltaNet's projections, convolution outputs and per-head outputs.
+    pub(crate) delta: DeltaScratch,
+    /// Gated attention's `[q | gate]` projection and its gates.
+    pub(crate) gate: GateScratch,
     /// Logits of the positions asked for, `[n, vocab]`.
     pub logits: Vec<f32>,
     /// One-row scratches of a batched forward's rows, for the blocks that run per sequence
@@ -63,6 +67,29 @@ pub(crate) struct DsaScratch {
     pub(crate) sel: Vec<u32>,
     pub(crate) sel_len: Vec<usize>,
     pub(crate) sel_order: Vec<u32>,
+}
+
+/// Gated DeltaNet: the packed projections, the convolution's inputs and outputs (flat
+/// `[q | k | v]` channels), z, b (then beta), a (then the decay), the per-head outputs
+/// (head-major) and the gated-norm outputs.
+#[derive(Debug, Default)]
+pub(crate) struct DeltaScratch {
+    pub(crate) packed: Vec<f32>,
+    pub(crate) mixed: Vec<f32>,
+    pub(crate) conv: Vec<f32>,
+    pub(crate) z: Vec<f32>,
+    pub(crate) b: Vec<f32>,
+    pub(crate) a: Vec<f32>,
+    pub(crate) heads: Vec<f32>,
+    pub(crate) tmp: Vec<f32>,
+    pub(crate) out: Vec<f32>,
+}
+
+/// Gated attention: `q_proj`'s output (`[q | gate]` per head) and the gates.
+#[derive(Debug, Default)]
+pub(crate) struct GateScratch {
+    pub(crate) packed: Vec<f32>,
+    pub(crate) gate: Vec<f32>,
 }
 
 /// MoE: routing, the next layer's guess, and the per-expert gather buffers.
@@ -106,6 +133,7 @@ impl Transformer {
             match &l.attn {
                 Mixer::Gqa(a) => a.reserve(&self.info, s, n),
                 Mixer::Mla(m) => m.reserve(s, n, ctx),
+                Mixer::DeltaNet(d) => d.reserve(s, n),
             }
             match &l.ffn {
                 Ffn::Dense(m) => m.reserve(&mut s.ffn, n),

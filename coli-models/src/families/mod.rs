@@ -12,6 +12,7 @@ pub mod llama;
 pub mod minimax_m2;
 pub mod mixtral;
 pub mod olmoe;
+pub mod qwen3_next;
 pub mod qwen_moe;
 pub mod skeleton;
 
@@ -44,6 +45,8 @@ pub enum Capability {
     GroupRouting,
     /// DeepSeek sparse attention (a lightning indexer selects the attended positions).
     SparseAttention,
+    /// Linear attention over a fixed-size recurrent state (Gated DeltaNet).
+    LinearAttention,
 }
 
 /// A model family: what the registry needs to know about one `transformers` architecture.
@@ -214,6 +217,7 @@ pub static FAMILIES: &[FamilyDescriptor] = &[
     descriptor::<glm_moe_dsa::GlmMoeDsa>(),
     descriptor::<gpt_oss::GptOss>(),
     descriptor::<minimax_m2::MiniMaxM2>(),
+    descriptor::<qwen3_next::Qwen3Next>(),
 ];
 
 /// All supported `model_type` spellings, comma-separated.
