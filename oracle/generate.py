@@ -241,6 +241,30 @@ def store_mxfp4(out, stored):
         json.dump(c, f, indent=2)
 
 
+def store_fused_experts(out):
+    """Rewrites the per-expert tensors save_pretrained writes into the fused form the Qwen3.5
+    hub checkpoints ship (what transformers' qwen2_moe conversion builds at load):
+    `experts.gate_up_proj` = cat(stack(gate), stack(up), dim=1) `[E, 2I, H]`,
+    `experts.down_proj` = stack(down) `[E, H, I]`, no `.weight` suffix."""
+    import re
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(out, "model.safetensors")
+    assert os.path.exists(path), "fused-expert fixtures are single-shard"
+    tensors = load_file(path)
+    with open(path, "rb") as f:
+        meta = json.loads(f.read(int.from_bytes(f.read(8), "little"))).get("__metadata__")
+    per = {}
+    for name in list(tensors):
+        m = re.match(r"(.*\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$", name)
+        if m:
+            per.setdefault(m.group(1), {}).setdefault(m.group(3), {})[int(m.group(2))] = tensors.pop(name)
+    for prefix, parts in per.items():
+        stack = lambda k: torch.stack([parts[k][e] for e in sorted(parts[k])])
+        tensors[prefix + ".gate_up_proj"] = torch.cat([stack("gate"), stack("up")], dim=1).contiguous()
+        tensors[prefix + ".down_proj"] = stack("down").contiguous()
+    save_file(tensors, path, metadata=meta)
+
+
 def check_router_margins(model, top_k):
     """Hooks every gpt-oss router: records the smallest gap between the k-th and (k+1)-th logit,
     so a fixture whose routing sits on a tie (torch's order is then unspecified) is refused."""
@@ -259,22 +283,27 @@ def check_router_margins(model, top_k):
 
 def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp=False, rename_type=None,
           bias_shift=0.0, fp8_block=None, mxfp4=False, seq_len=SEQ_LEN, check_routes=False, post_init=None,
-          **kw):
+          model_cls=None, fuse_experts=False, **kw):
     if ONLY and name not in ONLY:
         return
     cfg = AutoConfig.for_model(model_type, **kw)
     cfg._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    if model_cls:
+        # A multimodal wrapper (Qwen3.5-MoE): the class as the hub's architectures name it.
+        model = model_cls._from_config(cfg, attn_implementation="eager").float().eval()
+    else:
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    tcfg = cfg.get_text_config()
     decisive_init(model, seed, gain, bias_shift)
     if post_init:
         post_init(model, seed)
     fp8 = quantize_fp8(model, fp8_block) if fp8_block else None
     mx = quantize_gpt_oss_experts(model, seed) if mxfp4 else None
-    gaps = check_router_margins(model, cfg.num_experts_per_tok) if mxfp4 or check_routes else []
-    if cfg.tie_word_embeddings:
+    gaps = check_router_margins(model, tcfg.num_experts_per_tok) if mxfp4 or check_routes else []
+    if tcfg.tie_word_embeddings:
         model.tie_weights()
-    ref, logits = reference(model, cfg.vocab_size, seed, seq_len)
+    ref, logits = reference(model, tcfg.vocab_size, seed, seq_len)
     if gaps and min(gaps) < 1e-5:
         sys.exit(f"{name}: a routing decision is within {min(gaps):.1e} of a tie; change the seed")
     out = os.path.join(ROOT, name)
@@ -294,6 +323,13 @@ def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp
         store_fp8(out, fp8, fp8_block)
     if mx:
         store_mxfp4(out, mx)
+    if fuse_experts:
+        store_fused_experts(out)
+        # transformers reads the fused file back to the same logits: the layout is its own.
+        again = model_cls.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+        with torch.no_grad():
+            back = again(torch.tensor([ref["ids"]])).logits[0].float().numpy()
+        assert np.array_equal(back, logits), "the fused experts do not load back in transformers"
     if mtp:
         add_mtp_layer(out, cfg)
     if rename_type:
@@ -449,6 +485,30 @@ def tiny5():
           intermediate_size=64, rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
                                                  "partial_rotary_factor": 0.25},
           seq_len=72, shard="100KB", **nxt)
+
+
+    # Qwen3.5-MoE as the hub ships it: the multimodal wrapper's config (text_config beside a
+    # vision_config), the text model under model.language_model beside a tiny vision tower,
+    # experts fused; separate linear-attention projections; every layer a MoE.
+    from transformers import Qwen3_5MoeForConditionalGeneration
+    q35 = dict(vocab_size=256, hidden_size=64, max_position_embeddings=256, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=32, linear_key_head_dim=16, linear_value_head_dim=16,
+               moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=8,
+               bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    vision = dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64, patch_size=4,
+                  temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=16)
+    build("qwen3_5_moe_hub_fused", "qwen3_5_moe", 121, model_cls=Qwen3_5MoeForConditionalGeneration,
+          text_config=dict(q35, num_hidden_layers=4, full_attention_interval=2, linear_num_key_heads=2,
+                           linear_num_value_heads=4, linear_conv_kernel_dim=4, num_experts_per_tok=2,
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                                            "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1],
+                                            "mrope_interleaved": True}),
+          vision_config=vision, fuse_experts=True, check_routes=True, post_init=mild_decay, seq_len=72)
+    # The text model saved alone (qwen3_5_moe_text, under model.*), experts per expert, shards.
+    build("qwen3_5_moe_text_shard", "qwen3_5_moe_text", 123, num_hidden_layers=3,
+          layer_types=["linear_attention", "linear_attention", "full_attention"], linear_num_key_heads=4,
+          linear_num_value_heads=8, linear_conv_kernel_dim=3, num_experts_per_tok=3, check_routes=True,
+          post_init=mild_decay, seq_len=70, shard="100KB", **q35)
 
 
 def mild_decay(model, seed):

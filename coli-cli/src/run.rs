@@ -17,7 +17,11 @@ pub(crate) fn open(m: &ModelArg) -> Result<Engine, String> {
     let dir = crate::dir_or_demo(m.model.clone())?;
     let placement =
         coli_plan::tier::resolve(&m.placement_flags(), &dir).map_err(|e| e.to_string())?;
-    Engine::open(&dir, &placement).map_err(|e| e.to_string())
+    let engine = Engine::open(&dir, &placement).map_err(|e| e.to_string())?;
+    for n in &engine.model().info.notes {
+        eprintln!("coli: note: {n}");
+    }
+    Ok(engine)
 }
 
 fn read(path: &Path) -> Result<String, String> {

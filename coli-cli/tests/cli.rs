@@ -293,7 +293,8 @@ fn bad_input_gets_a_clear_error_and_exit_code_2() {
     expect_run_error(
         t.path(),
         "unsupported model_type \"mamba9\" (supported: llama, olmoe, qwen2_moe, qwen3_moe, \
-         mixtral, deepseek_v3, kimi_k2, glm4_moe, glm_moe_dsa, gpt_oss, minimax_m2)",
+         mixtral, deepseek_v3, kimi_k2, glm4_moe, glm_moe_dsa, gpt_oss, minimax_m2, qwen3_next, \
+         qwen3_5_moe, qwen3_5_moe_text)",
     );
 
     let t = copy_fixture("olmoe_norm_topk");

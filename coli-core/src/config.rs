@@ -110,9 +110,13 @@ impl RawConfig {
         Self::parse(path, &text)
     }
 
-    /// Parses config text; `path` is only used in messages.
+    /// Parses config text; `path` is only used in messages. A multimodal checkpoint's
+    /// text model keeps its keys in `text_config` (Qwen3.5-MoE, beside a
+    /// `vision_config`): they are read as if written at the top level, as transformers'
+    /// `get_text_config()` gives them, the wrapper's own non-null keys (and its
+    /// `model_type`) first.
     pub fn parse(path: &Path, text: &str) -> Result<RawConfig> {
-        let value: Value = serde_json::from_str(text).map_err(|e| CoreError::Config {
+        let mut value: Value = serde_json::from_str(text).map_err(|e| CoreError::Config {
             path: path.to_path_buf(),
             msg: format!("not valid JSON: {e}"),
         })?;
@@ -121,6 +125,15 @@ impl RawConfig {
                 path: path.to_path_buf(),
                 msg: "expected a JSON object at the top level".into(),
             });
+        }
+        if let Some(Value::Object(inner)) = value.get("text_config").cloned() {
+            let obj = value.as_object_mut().expect("checked above");
+            for (k, v) in inner {
+                let taken = obj.get(&k).is_some_and(|x| !x.is_null());
+                if !taken && k != "model_type" {
+                    obj.insert(k, v);
+                }
+            }
         }
         Ok(RawConfig {
             path: path.to_path_buf(),
@@ -369,6 +382,23 @@ mod tests {
 
     fn cfg(text: &str) -> RawConfig {
         RawConfig::parse(Path::new("config.json"), text).unwrap()
+    }
+
+    #[test]
+    fn a_text_config_is_read_as_the_top_level_the_wrappers_keys_first() {
+        let c = cfg(
+            r#"{"model_type": "qwen3_5_moe", "tie_word_embeddings": false,
+            "eos_token_id": null, "vision_config": {"depth": 27},
+            "text_config": {"model_type": "qwen3_5_moe_text", "num_hidden_layers": 40,
+                            "tie_word_embeddings": true, "eos_token_id": 7}}"#,
+        );
+        assert_eq!(c.model_type().unwrap(), "qwen3_5_moe");
+        assert_eq!(c.value["num_hidden_layers"], 40);
+        assert_eq!(c.value["tie_word_embeddings"], false);
+        assert_eq!(c.eos_token_ids().unwrap(), vec![7]);
+        // Nothing else moves.
+        let plain = cfg(r#"{"model_type": "llama", "num_hidden_layers": 2}"#);
+        assert_eq!(plain.value.as_object().unwrap().len(), 2);
     }
 
     #[test]

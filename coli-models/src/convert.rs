@@ -196,6 +196,30 @@ struct ConvertPlan {
     fp8_left: bool,
     /// Tensors holding every expert of a layer (gpt-oss' MXFP4 blocks), copied as stored.
     fused_kept: Vec<String>,
+    /// Output names of the experts cut out of unquantized fused tensors, by view name.
+    renamed: HashMap<String, String>,
+}
+
+/// The per-expert name of a matrix cut out of an unquantized fused expert tensor, as
+/// transformers 5 fuses Qwen-style experts (`experts.gate_up_proj` = the gates' rows then
+/// the up projections', `experts.down_proj`): view `{p}.experts.gate_up_proj[e][0]` is
+/// `{p}.experts.{e}.gate_proj.weight`, `[e][1]` its `up_proj`, and
+/// `{p}.experts.down_proj[e][0]` is `{p}.experts.{e}.down_proj.weight`. `None` for any other
+/// name.
+fn split_fused_name(view: &str) -> Option<(String, String)> {
+    let (rest, part) = view.strip_suffix(']')?.rsplit_once('[')?;
+    let (base, e) = rest.strip_suffix(']')?.rsplit_once('[')?;
+    let e: usize = e.parse().ok()?;
+    let (prefix, tensor) = base.rsplit_once('.')?;
+    let proj = match (tensor, part) {
+        ("gate_up_proj", "0") => "gate_proj",
+        ("gate_up_proj", "1") => "up_proj",
+        ("down_proj", "0") => "down_proj",
+        _ => return None,
+    };
+    prefix
+        .ends_with(".experts")
+        .then(|| (base.to_string(), format!("{prefix}.{e}.{proj}.weight")))
 }
 
 /// What a finished conversion wants the user to know.
@@ -273,6 +297,18 @@ fn plan_units(dir: &ModelDir, opts: &ConvertOptions) -> Result<ConvertPlan> {
     fused_kept.sort();
     fused_kept.dedup();
     let mut dropped: Vec<String> = Vec::new();
+    // Unquantized fused experts are written per expert, converted like any other expert.
+    let mut renamed = HashMap::new();
+    for (name, (role, _)) in &role_of {
+        if let (LinearRole::Expert { .. }, Some((fused, out))) = (role, split_fused_name(name)) {
+            dropped.push(fused);
+            renamed.insert(name.clone(), out);
+        }
+    }
+    dropped.sort_unstable();
+    dropped.dedup();
+    let mut split: Vec<&str> = renamed.keys().map(String::as_str).collect();
+    split.sort_unstable();
     for (name, (_, l)) in &role_of {
         if l.scales().is_some() {
             dropped.push(format!("{name}_scale_inv"));
@@ -282,12 +318,15 @@ fn plan_units(dir: &ModelDir, opts: &ConvertOptions) -> Result<ConvertPlan> {
     let mut experts: BTreeMap<(usize, usize), Unit> = BTreeMap::new();
     let mut others: Vec<Unit> = Vec::new();
     let mut fp8_left = false;
-    for name in dir.tensor_names() {
+    for name in dir.tensor_names().into_iter().chain(split) {
         if dropped.iter().any(|d| d == name) {
             continue;
         }
-        let view = dir.tensor(name)?;
         let role = role_of.get(name);
+        let view = match role {
+            Some((_, l)) if renamed.contains_key(name) => l.view().clone(),
+            _ => dir.tensor(name)?,
+        };
         let target = role.and_then(|(role, _)| match role {
             LinearRole::Expert { .. } => Some(opts.experts),
             LinearRole::Dense => Some(opts.dense),
@@ -320,7 +359,15 @@ fn plan_units(dir: &ModelDir, opts: &ConvertOptions) -> Result<ConvertPlan> {
         units: others.into_iter().chain(experts.into_values()).collect(),
         fp8_left,
         fused_kept,
+        renamed,
     })
+}
+
+impl ConvertPlan {
+    /// The name an input matrix is written under.
+    fn out_name<'a>(&'a self, name: &'a str) -> &'a str {
+        self.renamed.get(name).map_or(name, String::as_str)
+    }
 }
 
 /// Writes the units into shards of consecutive units up to the byte limit, and the index.
@@ -420,7 +467,7 @@ fn output_specs(
         }
         Action::Convert(t) => {
             let l = &plan.role_of[name].1;
-            converted_specs(name, l.rows, l.cols, t)
+            converted_specs(plan.out_name(name), l.rows, l.cols, t)
         }
     })
 }
@@ -436,7 +483,7 @@ fn produce(
         Action::Copy => vec![(name.to_string(), dir.tensor(name)?.bytes().to_vec())],
         Action::Convert(t) => {
             let l = &plan.role_of[name].1;
-            let names = converted_specs(name, l.rows, l.cols, t)
+            let names = converted_specs(plan.out_name(name), l.rows, l.cols, t)
                 .into_iter()
                 .map(|(n, _)| n);
             names.zip(convert_matrix(&l.mat(), t)).collect()

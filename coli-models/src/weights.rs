@@ -193,6 +193,44 @@ impl Linear {
         })
     }
 
+    /// Row block `part` of `parts` of expert `e` in an unquantized fused tensor
+    /// `[E, parts * rows, cols]` (Qwen3.5's `experts.gate_up_proj`: the gate's rows, then
+    /// the up projection's; `experts.down_proj`: one block). Quantized fused tensors are
+    /// refused by name.
+    #[allow(clippy::too_many_arguments)]
+    pub fn load_fused_expert(
+        dir: &ModelDir,
+        name: &str,
+        e: usize,
+        n_experts: usize,
+        part: usize,
+        parts: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Linear> {
+        let t = dir.tensor_shaped(name, &[n_experts, parts * rows, cols])?;
+        let dtype = t.dtype()?;
+        if !matches!(dtype, DType::BF16 | DType::F16 | DType::F32) {
+            return Err(crate::error::ModelError::BadTensor {
+                name: name.to_string(),
+                msg: format!(
+                    "fused experts are read as BF16, F16 or F32; found {}",
+                    t.dtype_name
+                ),
+            });
+        }
+        let mut slice = t.outer(e)?;
+        slice.shape = vec![parts, rows, cols];
+        Ok(Linear {
+            view: slice.outer(part)?,
+            fmt: wformat(dtype),
+            rows,
+            cols,
+            bias: None,
+            scales: None,
+        })
+    }
+
     /// The bias, if the layer has one.
     pub fn bias(&self) -> Option<&[f32]> {
         self.bias.as_deref()

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 pub const SIDECAR: &str = ".coli_analysis.json";
 
 /// Version of the sidecar format (a different version is a miss).
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 
 /// Full scans run by this process.
 pub static SCANS: AtomicU64 = AtomicU64::new(0);
@@ -83,6 +83,9 @@ pub struct Analysis {
     pub indexer_bytes: u64,
     /// MTP layers (not loaded).
     pub mtp_bytes: u64,
+    /// Tensors outside the text model (a vision tower; not loaded).
+    #[serde(default)]
+    pub ignored_bytes: u64,
     /// Routed experts, all layers.
     pub expert_bytes: u64,
     /// Routed experts per MoE layer.
@@ -280,6 +283,7 @@ fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
         shared_expert_bytes: 0,
         indexer_bytes: 0,
         mtp_bytes: 0,
+        ignored_bytes: 0,
         expert_bytes: 0,
         expert_layers: Vec::new(),
         typical_expert_bytes: 0,
@@ -332,19 +336,20 @@ fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
                 TensorClass::SharedExpert { .. } => a.shared_expert_bytes += bytes,
                 TensorClass::Indexer { .. } => a.indexer_bytes += bytes,
                 TensorClass::Mtp { .. } => a.mtp_bytes += bytes,
+                TensorClass::Ignored => a.ignored_bytes += bytes,
             }
             let by_dtype = match class {
                 TensorClass::Expert { .. } | TensorClass::FusedExperts { .. } => {
                     Some(&mut a.expert_dtype_bytes)
                 }
-                TensorClass::Mtp { .. } => None,
+                TensorClass::Mtp { .. } | TensorClass::Ignored => None,
                 _ => Some(&mut a.resident_dtype_bytes),
             };
             if let Some(m) = by_dtype {
                 // Fused expert blocks are MXFP4 (U8 bytes holding e2m1 pairs): their own
                 // kernel rate, not coli int4's.
                 let dtype = match class {
-                    TensorClass::FusedExperts { .. } => "MXFP4",
+                    TensorClass::FusedExperts { .. } if e.dtype == "U8" => "MXFP4",
                     _ => e.dtype.as_str(),
                 };
                 *m.entry(dtype.to_string()).or_insert(0) += bytes;

@@ -37,6 +37,9 @@ const MEASURED_BASELINE: &[(&str, u64)] = &[
     ("gpt-oss", 9 << 20),
     // 2026-12-01: 9.0-9.1 MB on both MiniMax-M2 fixtures.
     ("MiniMax-M2", 10 << 20),
+    // 2026-12-01: 9.2-9.3 MiB on both fixtures of each.
+    ("Qwen3-Next", 10 << 20),
+    ("Qwen3.5-MoE", 10 << 20),
 ];
 
 /// Expert buffers beyond the cache: reads in flight (4 I/O threads) and the buffer arena's
@@ -133,6 +136,9 @@ pub struct Plan {
 pub struct MemoryShape {
     /// KV cache bytes per position, all layers.
     pub kv_bytes_per_token: u64,
+    /// Bytes of one sequence's recurrent states (linear-attention layers), whatever its
+    /// length.
+    pub state_bytes_per_sequence: u64,
     /// Scratch bytes of one decode step (an upper bound).
     pub working_bytes: u64,
 }
@@ -145,6 +151,7 @@ impl MemoryShape {
         let layout = (family.kv_layout)(&md)?;
         Ok(MemoryShape {
             kv_bytes_per_token: layout.bytes_per_position() as u64,
+            state_bytes_per_sequence: layout.state_bytes() as u64,
             working_bytes: coli_models::arch::scratch::decode_bytes_bound(&md.config, ctx) as u64,
         })
     }
@@ -312,7 +319,8 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan> {
     let config = coli_core::RawConfig::read(&dir.join("config.json"))?;
     let ctx = req.ctx.max(1);
     let shape = MemoryShape::of(dir, ctx)?;
-    let kv = shape.kv_bytes_per_token * ctx as u64 * req.kv_slots.max(1) as u64;
+    let kv = (shape.kv_bytes_per_token * ctx as u64 + shape.state_bytes_per_sequence)
+        * req.kv_slots.max(1) as u64;
     let working = shape.working_bytes;
     let top_k = config
         .value

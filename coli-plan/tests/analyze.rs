@@ -29,6 +29,9 @@ fn totals_agree_with_the_loaded_model() {
         "llama_gqa",
         "gpt_oss_window_yarn",
         "minimax_m2_top3_shard",
+        "qwen3_next_hybrid",
+        "qwen3_5_moe_hub_fused",
+        "qwen3_5_moe_text_shard",
     ] {
         let a = analyze_uncached(&fixture(name)).unwrap();
         let m = coli_models::load(fixture(name)).unwrap();
@@ -41,7 +44,12 @@ fn totals_agree_with_the_loaded_model() {
         }
         assert_eq!(
             a.model_bytes,
-            a.dense_bytes + a.expert_bytes + a.shared_expert_bytes + a.indexer_bytes + a.mtp_bytes
+            a.dense_bytes
+                + a.expert_bytes
+                + a.shared_expert_bytes
+                + a.indexer_bytes
+                + a.mtp_bytes
+                + a.ignored_bytes
         );
         let on_disk: u64 = a.shards.iter().map(|s| s.bytes).sum();
         assert!(
@@ -66,6 +74,19 @@ fn totals_agree_with_the_loaded_model() {
         vec!["MXFP4"]
     );
     assert!(a.resident_dtype_bytes.contains_key("U8"));
+    // Qwen3.5 as the hub ships it: fused BF16 experts under model.language_model are the
+    // store's bytes exactly, rated as BF16; the vision tower is neither resident nor
+    // streamed.
+    let name = "qwen3_5_moe_hub_fused";
+    let a = analyze_uncached(&fixture(name)).unwrap();
+    let m = coli_models::load(fixture(name)).unwrap();
+    assert_eq!(a.expert_bytes, m.expert_census().total_bytes);
+    assert_eq!(
+        a.expert_dtype_bytes.keys().collect::<Vec<_>>(),
+        vec!["BF16"]
+    );
+    assert!(a.ignored_bytes > 0, "the vision tower is classified");
+    assert_eq!(a.expert_layers.len(), 4);
 }
 
 #[test]

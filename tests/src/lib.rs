@@ -40,6 +40,8 @@ pub const TINY_FIXTURES: &[&str] = &[
     "minimax_m2_top3_shard",
     "qwen3_next_hybrid",
     "qwen3_next_layer_types_shard",
+    "qwen3_5_moe_hub_fused",
+    "qwen3_5_moe_text_shard",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

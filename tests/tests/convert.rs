@@ -162,3 +162,49 @@ fn gpt_oss_keeps_its_mxfp4_experts_and_reports_them() {
         y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
     );
 }
+
+/// Qwen3.5's fused BF16 experts are cut per expert (as transformers fuses them: the gates'
+/// rows, then the up projections') and converted like any other expert; bf16 → bf16 is
+/// lossless, the linear-attention tensors (a 3-D convolution, A_log, dt_bias) travel as
+/// they are, and every quantized expert is one read. Qwen3-Next's per-expert layout too.
+#[test]
+fn fused_bf16_experts_are_written_per_expert_and_hybrids_convert_losslessly() {
+    for name in ["qwen3_5_moe_hub_fused", "qwen3_next_hybrid"] {
+        let src = fixtures_dir().join(name);
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("bf16");
+        let report = convert(&src, &out, &opts(Target::Bf16, Target::Bf16), |_, _| {}).unwrap();
+        assert!(report.fused_experts_kept.is_empty(), "{report:?}");
+        let d = coli_core::ModelDir::open(&out).unwrap();
+        let names = d.tensor_names();
+        assert!(!names.iter().any(|n| n.ends_with("gate_up_proj")), "{name}");
+        let p = if name.starts_with("qwen3_5") {
+            "model.language_model.layers.2.mlp.experts.7"
+        } else {
+            "model.layers.2.mlp.experts.7"
+        };
+        for proj in ["gate_proj", "up_proj", "down_proj"] {
+            assert!(d.has(&format!("{p}.{proj}.weight")), "{name}: {p}.{proj}");
+        }
+        let seq: Vec<u32> = (0..24).map(|i| (i * 37 + 5) % 256).collect();
+        let x = placement::trace(&coli_models::load(&src).unwrap(), &seq, 6).unwrap();
+        let y = placement::trace(&coli_models::load(&out).unwrap(), &seq, 6).unwrap();
+        assert_eq!(
+            x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{name}"
+        );
+        let q = tmp.path().join("int4");
+        convert(&src, &q, &opts(Target::Int4, Target::Int8), |_, _| {}).unwrap();
+        let mut m = coli_models::load(&q).unwrap();
+        m.place_experts(
+            &q,
+            &Placement {
+                cache: CacheSize::Slots(1),
+                ..Placement::default()
+            },
+        )
+        .unwrap();
+        assert!(m.store.as_ref().unwrap().all_coalesced(), "{name}");
+    }
+}

@@ -67,6 +67,9 @@ pub struct ModelInfo {
     pub eos_token_ids: Vec<u32>,
     /// What the KV cache stores per position and layer.
     pub kv: KvShape,
+    /// What loading left out and why (a vision tower beside the text model), for the CLI
+    /// to say once.
+    pub notes: Vec<String>,
 }
 
 /// A whole decoder-only model.

@@ -178,6 +178,17 @@ impl Scratch {
             &self.moe.gathered,
             &self.moe.expert_out,
             &self.moe.expert_y,
+            &self.delta.packed,
+            &self.delta.mixed,
+            &self.delta.conv,
+            &self.delta.z,
+            &self.delta.b,
+            &self.delta.a,
+            &self.delta.heads,
+            &self.delta.tmp,
+            &self.delta.out,
+            &self.gate.packed,
+            &self.gate.gate,
             &self.logits,
         ]
         .iter()
@@ -229,7 +240,16 @@ pub fn decode_bytes_bound(config: &coli_core::RawConfig, ctx: usize) -> usize {
     .into_iter()
     .max()
     .unwrap_or(0);
-    let floats = vocab + ATTENTION_TASKS * ctx + 16 * hidden + 4 * wide + 2 * experts;
+    // Gated DeltaNet: packed projections, convolution in and out, z, per-head outputs.
+    let key_dim = num("linear_num_key_heads") * num("linear_key_head_dim");
+    let value_heads = num("linear_num_value_heads");
+    let value_dim = value_heads * num("linear_value_head_dim");
+    let linear = if key_dim + value_dim > 0 {
+        6 * key_dim + 8 * value_dim + 4 * value_heads
+    } else {
+        0
+    };
+    let floats = vocab + ATTENTION_TASKS * ctx + 16 * hidden + 4 * wide + 2 * experts + linear;
     let words = ATTENTION_TASKS * ctx + 4 * experts + 4 * top_k + 8;
     floats * 4 + words * std::mem::size_of::<usize>()
 }

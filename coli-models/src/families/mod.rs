@@ -12,6 +12,7 @@ pub mod llama;
 pub mod minimax_m2;
 pub mod mixtral;
 pub mod olmoe;
+pub mod qwen3_5_moe;
 pub mod qwen3_next;
 pub mod qwen_moe;
 pub mod skeleton;
@@ -76,11 +77,16 @@ pub trait Family {
     }
 }
 
-/// Name patterns of a family's checkpoint: decoder layers are `model.layers.{L}.`; within a
-/// layer, these infixes mark routed experts (followed by `{E}.`), shared experts and the
-/// DSA indexer. Layers at or past `num_hidden_layers` are MTP layers.
+/// Name patterns of a family's checkpoint: decoder layers are `{layers}{L}.` (usually
+/// `model.layers.{L}.`); within a layer, these infixes mark routed experts (followed by
+/// `{E}.`), shared experts and the DSA indexer. Layers at or past `num_hidden_layers` are MTP
+/// layers.
 #[derive(Clone, Copy, Debug)]
 pub struct TensorLayout {
+    /// Prefixes of the decoder layers, each followed by the layer index.
+    pub layers: &'static [&'static str],
+    /// Prefixes of tensors coli never reads (a vision tower beside the text model).
+    pub ignored: &'static [&'static str],
     /// Infixes followed by the expert index, e.g. `.mlp.experts.`.
     pub experts: &'static [&'static str],
     /// Infixes of shared experts and their gates.
@@ -95,6 +101,8 @@ pub struct TensorLayout {
 impl TensorLayout {
     /// The Hugging Face spelling every family here uses.
     pub const STANDARD: TensorLayout = TensorLayout {
+        layers: &["model.layers."],
+        ignored: &[],
         experts: &[".mlp.experts.", ".block_sparse_moe.experts."],
         shared: &[
             ".mlp.shared_expert.",
@@ -139,11 +147,16 @@ pub enum TensorClass {
         /// Layer index.
         layer: usize,
     },
+    /// Not part of the text model (a vision tower): never read.
+    Ignored,
 }
 
 /// Classifies a tensor name of a family's checkpoint with `n_layers` decoder layers.
 pub fn classify(layout: &TensorLayout, name: &str, n_layers: usize) -> TensorClass {
-    let Some(rest) = name.strip_prefix("model.layers.") else {
+    if layout.ignored.iter().any(|p| name.starts_with(p)) {
+        return TensorClass::Ignored;
+    }
+    let Some(rest) = layout.layers.iter().find_map(|p| name.strip_prefix(p)) else {
         return TensorClass::Dense;
     };
     let (layer, tail) = match rest.split_once('.') {
@@ -218,6 +231,7 @@ pub static FAMILIES: &[FamilyDescriptor] = &[
     descriptor::<gpt_oss::GptOss>(),
     descriptor::<minimax_m2::MiniMaxM2>(),
     descriptor::<qwen3_next::Qwen3Next>(),
+    descriptor::<qwen3_5_moe::Qwen35Moe>(),
 ];
 
 /// All supported `model_type` spellings, comma-separated.
@@ -327,6 +341,31 @@ mod tests {
         }
         assert_eq!(
             c("model.layers.5.mlp.experts.gate_up_proj_blocks"),
+            TensorClass::Dense
+        );
+        // Qwen3.5: the text model under model.language_model, fused BF16 experts, a vision
+        // tower and an MTP head that are never read.
+        let q = |n: &str| classify(&qwen3_5_moe::Qwen35Moe::LAYOUT, n, 40);
+        assert_eq!(
+            q("model.language_model.layers.3.mlp.experts.gate_up_proj"),
+            TensorClass::FusedExperts { layer: 3 }
+        );
+        assert_eq!(
+            q("model.layers.3.mlp.experts.7.up_proj.weight"),
+            TensorClass::Expert {
+                layer: 3,
+                expert: 7
+            }
+        );
+        assert_eq!(
+            q("model.language_model.layers.3.mlp.shared_expert_gate.weight"),
+            TensorClass::SharedExpert { layer: 3 }
+        );
+        for n in ["model.visual.blocks.0.attn.qkv.weight", "mtp.fc.weight"] {
+            assert_eq!(q(n), TensorClass::Ignored, "{n}");
+        }
+        assert_eq!(
+            q("model.language_model.embed_tokens.weight"),
             TensorClass::Dense
         );
     }

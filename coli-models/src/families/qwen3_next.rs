@@ -15,8 +15,8 @@ use crate::arch::deltanet::MAX_VALUE_DIM;
 use crate::arch::layer::head_dim;
 use crate::arch::moe::{check_top_k, load_experts};
 use crate::arch::{
-    Attention, DeltaDims, Ffn, GatedDeltaNet, KvLayout, KvShape, Mixer, Mlp, Moe, QkNorm, Routing,
-    SharedExpert, Transformer,
+    Attention, DeltaDims, Expert, Ffn, GatedDeltaNet, KvLayout, KvShape, Mixer, Mlp, Moe, QkNorm,
+    Routing, SharedExpert, Transformer,
 };
 use crate::error::Result;
 use crate::families::skeleton::{CommonConfig, Defaults, Skeleton};
@@ -127,103 +127,169 @@ impl Family for Qwen3Next {
     ];
 
     fn load(dir: &ModelDir) -> Result<Transformer> {
-        let cfg = config(dir)?;
-        let c = &dir.config;
-        let full = full_attention_layers(dir, &cfg)?;
-        let dims = delta_dims(dir, &cfg)?;
-        if cfg.decoder_sparse_step == 0 {
-            return Err(c.error("decoder_sparse_step", "must be positive").into());
-        }
-        check_top_k(dir, "num_experts", cfg.num_experts, cfg.num_experts_per_tok)?;
-        let sk = Skeleton::gqa(dir, Qwen3Next::DISPLAY_NAME, &cfg.common, DEFAULTS)?;
-        let (info, h) = (sk.info.clone(), cfg.common.hidden_size);
-        let rot = rotary_dims(dir, &cfg, info.head_dim)?;
-        let zero_centred = |name: &str, len: usize| -> Result<Vec<f32>> {
-            Ok(one_plus(load_vector(dir, name, len)?))
-        };
-        let mut model = sk.assemble(rot, RopeLayout::HalfSplit, |i, p| {
-            let mixer = if full[i] {
-                let a = format!("{p}.self_attn");
-                let mut attn = Attention::load_gated(dir, &a, &info, cfg.attention_bias)?;
-                attn.qk_norm = QkNorm::PerHead {
-                    q: zero_centred(&format!("{a}.q_norm.weight"), info.head_dim)?,
-                    k: zero_centred(&format!("{a}.k_norm.weight"), info.head_dim)?,
-                };
-                Mixer::Gqa(Box::new(attn))
-            } else {
-                Mixer::DeltaNet(Box::new(GatedDeltaNet::load(
-                    dir,
-                    &format!("{p}.linear_attn"),
-                    h,
-                    dims,
-                    false,
-                )?))
-            };
-            let sparse = !cfg.mlp_only_layers.contains(&i)
-                && cfg.num_experts > 0
-                && (i + 1).is_multiple_of(cfg.decoder_sparse_step);
-            let m = format!("{p}.mlp");
-            let ffn = if sparse {
-                Ffn::Moe(Box::new(Moe {
-                    router: Linear::load(dir, &format!("{m}.gate.weight"), cfg.num_experts, h)?,
-                    experts: load_experts(
-                        dir,
-                        &format!("{m}.experts"),
-                        cfg.num_experts,
-                        ["gate_proj", "up_proj", "down_proj"],
-                        h,
-                        cfg.moe_intermediate_size,
-                    )?,
-                    top_k: cfg.num_experts_per_tok,
-                    routing: Routing::Softmax {
-                        norm_topk_prob: cfg.norm_topk_prob,
-                    },
-                    shared: Some(SharedExpert {
-                        mlp: Mlp::load_swiglu(
-                            dir,
-                            &format!("{m}.shared_expert"),
-                            h,
-                            cfg.shared_expert_intermediate_size,
-                        )?,
-                        gate: Some(Linear::load(
-                            dir,
-                            &format!("{m}.shared_expert_gate.weight"),
-                            1,
-                            h,
-                        )?),
-                    }),
-                }))
-            } else {
-                let width = cfg.intermediate_size.ok_or_else(|| {
-                    c.error(
-                        "intermediate_size",
-                        format!("missing, and layer {i} has a dense MLP"),
-                    )
-                })?;
-                Ffn::Dense(Box::new(Mlp::load_swiglu(dir, &m, h, width)?))
-            };
-            Ok((mixer, ffn))
-        })?;
-        for l in &mut model.layers {
-            l.input_layernorm = one_plus(std::mem::take(&mut l.input_layernorm));
-            l.post_attention_layernorm = one_plus(std::mem::take(&mut l.post_attention_layernorm));
-        }
-        model.norm = one_plus(std::mem::take(&mut model.norm));
-        Ok(model)
+        load_hybrid(dir, Variant::Next)
     }
 
     fn kv_layout(dir: &ModelDir) -> Result<KvLayout> {
-        let cfg = config(dir)?;
-        let c = &cfg.common;
-        let n_kv = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
-        let hd = head_dim(dir, c.hidden_size, c.num_attention_heads, n_kv, c.head_dim)?;
-        let full = full_attention_layers(dir, &cfg)?;
-        let state = delta_dims(dir, &cfg)?.state_floats();
-        let mut layout = KvLayout::uniform(c.num_hidden_layers, KvShape::gqa(n_kv, hd));
-        layout.attends = full.clone();
-        layout.state_floats = full.iter().map(|&f| if f { 0 } else { state }).collect();
-        Ok(layout)
+        hybrid_kv_layout(dir)
     }
+}
+
+/// Qwen3-Next, or Qwen3.5-MoE's text model (`crate::families::qwen3_5_moe`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Variant {
+    /// Grouped `in_proj_qkvz` / `in_proj_ba`; `norm_topk_prob`, `mlp_only_layers` and
+    /// `decoder_sparse_step` as configured; per-expert tensors.
+    Next,
+    /// Separate `in_proj_qkv` / `z` / `b` / `a`; every layer a MoE that renormalises its
+    /// top-k; experts per expert or fused (`experts.gate_up_proj` `[E, 2I, H]`,
+    /// `experts.down_proj` `[E, H, I]`); the text model under `model.language_model` beside
+    /// a vision tower, or under `model`.
+    Qwen35,
+}
+
+/// Loads either variant.
+pub(crate) fn load_hybrid(dir: &ModelDir, variant: Variant) -> Result<Transformer> {
+    let cfg = config(dir)?;
+    let c = &dir.config;
+    let full = full_attention_layers(dir, &cfg)?;
+    let dims = delta_dims(dir, &cfg)?;
+    if cfg.decoder_sparse_step == 0 {
+        return Err(c.error("decoder_sparse_step", "must be positive").into());
+    }
+    check_top_k(dir, "num_experts", cfg.num_experts, cfg.num_experts_per_tok)?;
+    let name = match variant {
+        Variant::Next => Qwen3Next::DISPLAY_NAME,
+        Variant::Qwen35 => super::qwen3_5_moe::Qwen35Moe::DISPLAY_NAME,
+    };
+    let mut sk = Skeleton::gqa(dir, name, &cfg.common, DEFAULTS)?;
+    let vision = variant == Variant::Qwen35 && dir.has("model.language_model.embed_tokens.weight");
+    if vision {
+        sk.prefix = "model.language_model".into();
+    }
+    let (info, h) = (sk.info.clone(), cfg.common.hidden_size);
+    let rot = rotary_dims(dir, &cfg, info.head_dim)?;
+    let zero_centred =
+        |name: &str, len: usize| -> Result<Vec<f32>> { Ok(one_plus(load_vector(dir, name, len)?)) };
+    let norm_topk_prob = variant == Variant::Qwen35 || cfg.norm_topk_prob;
+    let mut model = sk.assemble(rot, RopeLayout::HalfSplit, |i, p| {
+        let mixer = if full[i] {
+            let a = format!("{p}.self_attn");
+            let mut attn = Attention::load_gated(dir, &a, &info, cfg.attention_bias)?;
+            attn.qk_norm = QkNorm::PerHead {
+                q: zero_centred(&format!("{a}.q_norm.weight"), info.head_dim)?,
+                k: zero_centred(&format!("{a}.k_norm.weight"), info.head_dim)?,
+            };
+            Mixer::Gqa(Box::new(attn))
+        } else {
+            Mixer::DeltaNet(Box::new(GatedDeltaNet::load(
+                dir,
+                &format!("{p}.linear_attn"),
+                h,
+                dims,
+                variant == Variant::Qwen35,
+            )?))
+        };
+        let sparse = variant == Variant::Qwen35
+            || (!cfg.mlp_only_layers.contains(&i)
+                && cfg.num_experts > 0
+                && (i + 1).is_multiple_of(cfg.decoder_sparse_step));
+        let m = format!("{p}.mlp");
+        let ffn = if sparse {
+            Ffn::Moe(Box::new(Moe {
+                router: Linear::load(dir, &format!("{m}.gate.weight"), cfg.num_experts, h)?,
+                experts: experts(dir, &m, &cfg)?,
+                top_k: cfg.num_experts_per_tok,
+                routing: Routing::Softmax { norm_topk_prob },
+                shared: Some(SharedExpert {
+                    mlp: Mlp::load_swiglu(
+                        dir,
+                        &format!("{m}.shared_expert"),
+                        h,
+                        cfg.shared_expert_intermediate_size,
+                    )?,
+                    gate: Some(Linear::load(
+                        dir,
+                        &format!("{m}.shared_expert_gate.weight"),
+                        1,
+                        h,
+                    )?),
+                }),
+            }))
+        } else {
+            let width = cfg.intermediate_size.ok_or_else(|| {
+                c.error(
+                    "intermediate_size",
+                    format!("missing, and layer {i} has a dense MLP"),
+                )
+            })?;
+            Ffn::Dense(Box::new(Mlp::load_swiglu(dir, &m, h, width)?))
+        };
+        Ok((mixer, ffn))
+    })?;
+    for l in &mut model.layers {
+        l.input_layernorm = one_plus(std::mem::take(&mut l.input_layernorm));
+        l.post_attention_layernorm = one_plus(std::mem::take(&mut l.post_attention_layernorm));
+    }
+    model.norm = one_plus(std::mem::take(&mut model.norm));
+    if vision
+        && dir
+            .tensor_names()
+            .iter()
+            .any(|n| n.starts_with("model.visual."))
+    {
+        model.info.notes.push(
+            "the vision tower (model.visual.*) is not loaded: coli runs the text model".into(),
+        );
+    }
+    Ok(model)
+}
+
+/// The routed experts of `{m}.experts`: per expert (`{e}.gate_proj.weight` …), or fused as
+/// transformers 5 holds them (`gate_up_proj` `[E, 2I, H]`, `down_proj` `[E, H, I]`).
+fn experts(dir: &ModelDir, m: &str, cfg: &Qwen3NextConfig) -> Result<Vec<Expert>> {
+    let (n, h, inter) = (
+        cfg.num_experts,
+        cfg.common.hidden_size,
+        cfg.moe_intermediate_size,
+    );
+    let prefix = format!("{m}.experts");
+    let gate_up = format!("{prefix}.gate_up_proj");
+    if !dir.has(&gate_up) {
+        return load_experts(
+            dir,
+            &prefix,
+            n,
+            ["gate_proj", "up_proj", "down_proj"],
+            h,
+            inter,
+        );
+    }
+    let down = format!("{prefix}.down_proj");
+    (0..n)
+        .map(|e| {
+            Ok(Expert::SwiGlu(Mlp {
+                gate_proj: Linear::load_fused_expert(dir, &gate_up, e, n, 0, 2, inter, h)?,
+                up_proj: Linear::load_fused_expert(dir, &gate_up, e, n, 1, 2, inter, h)?,
+                down_proj: Linear::load_fused_expert(dir, &down, e, n, 0, 1, h, inter)?,
+            }))
+        })
+        .collect()
+}
+
+/// The KV layout of either variant: keys and values on the full-attention layers, a
+/// recurrent state on the others.
+pub(crate) fn hybrid_kv_layout(dir: &ModelDir) -> Result<KvLayout> {
+    let cfg = config(dir)?;
+    let c = &cfg.common;
+    let n_kv = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
+    let hd = head_dim(dir, c.hidden_size, c.num_attention_heads, n_kv, c.head_dim)?;
+    let full = full_attention_layers(dir, &cfg)?;
+    let state = delta_dims(dir, &cfg)?.state_floats();
+    let mut layout = KvLayout::uniform(c.num_hidden_layers, KvShape::gqa(n_kv, hd));
+    layout.attends = full.clone();
+    layout.state_floats = full.iter().map(|&f| if f { 0 } else { state }).collect();
+    Ok(layout)
 }
 
 /// The config with its aliases applied and `head_dim`'s family default.

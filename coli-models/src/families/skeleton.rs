@@ -62,6 +62,9 @@ pub struct Skeleton<'a> {
     pub info: ModelInfo,
     /// RoPE base and scaling.
     pub rope: RopeParameters,
+    /// What the text model's tensor names start with (`model`; Qwen3.5's multimodal
+    /// checkpoints: `model.language_model`).
+    pub prefix: String,
     defaults: Defaults,
 }
 
@@ -124,17 +127,19 @@ impl<'a> Skeleton<'a> {
                 .unwrap_or(defaults.max_position_embeddings),
             eos_token_ids: c.eos_token_ids()?,
             kv,
+            notes: Vec::new(),
         };
         Ok(Skeleton {
             dir,
             common,
             info,
             rope: c.rope_parameters(defaults.rope_theta)?,
+            prefix: "model".into(),
             defaults,
         })
     }
 
-    /// Loads layer `i`'s mixer and feed-forward block with `layer(i, "model.layers.{i}")`,
+    /// Loads layer `i`'s mixer and feed-forward block with `layer(i, "{prefix}.layers.{i}")`,
     /// the norms around them, the embeddings and the final norm; RoPE rotates the first
     /// `rope_dim` elements of each head in `layout`.
     pub fn assemble(
@@ -143,23 +148,23 @@ impl<'a> Skeleton<'a> {
         layout: RopeLayout,
         layer: impl Fn(usize, &str) -> Result<(Mixer, Ffn)>,
     ) -> Result<Transformer> {
-        let (dir, h) = (self.dir, self.common.hidden_size);
+        let (dir, h, m) = (self.dir, self.common.hidden_size, &self.prefix);
         let (embed_tokens, lm_head) = embeddings(
             dir,
-            "model.embed_tokens.weight",
+            &format!("{m}.embed_tokens.weight"),
             "lm_head.weight",
             &self.info,
             self.common.tie_word_embeddings,
         )?;
         let layers = (0..self.common.num_hidden_layers)
             .map(|i| {
-                let p = format!("model.layers.{i}");
+                let p = format!("{m}.layers.{i}");
                 let (mixer, ffn) = layer(i, &p)?;
                 Layer::load(dir, &p, h, mixer, ffn)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Transformer {
-            norm: load_vector(dir, "model.norm.weight", h)?,
+            norm: load_vector(dir, &format!("{m}.norm.weight"), h)?,
             rope: RopeTable::new(rope_dim, self.rope.theta, &self.rope.scaling),
             rope_layout: layout,
             rms_norm_eps: self
