@@ -17,6 +17,11 @@ pub enum Census {
     GptOss120b,
     /// MiniMax-M2: 62 layers x 256 FP8 experts, 130 shards.
     MiniMaxM2,
+    /// Qwen3-Next-80B-A3B: 48 hybrid layers x 512 BF16 experts (per expert), 41 shards.
+    Qwen3Next80b,
+    /// Qwen3.5-35B-A3B as the hub ships it: 40 hybrid layers x 256 BF16 experts fused per
+    /// layer, under `model.language_model` beside a vision tower, 14 shards.
+    Qwen35Moe35b,
 }
 
 impl Census {
@@ -26,6 +31,8 @@ impl Census {
             "glm5" => Some(Census::Glm5),
             "gpt-oss-120b" => Some(Census::GptOss120b),
             "minimax-m2" => Some(Census::MiniMaxM2),
+            "qwen3-next-80b" => Some(Census::Qwen3Next80b),
+            "qwen3.5-35b" => Some(Census::Qwen35Moe35b),
             _ => None,
         }
     }
@@ -37,6 +44,8 @@ pub fn write_census(dir: &Path, which: Census) -> std::io::Result<usize> {
         Census::Glm5 => glm5(78, 256),
         Census::GptOss120b => gpt_oss_120b(),
         Census::MiniMaxM2 => minimax_m2(),
+        Census::Qwen3Next80b => qwen3_next_80b(),
+        Census::Qwen35Moe35b => qwen3_5_35b(),
     };
     write_sparse(dir, &tensors, shards, &config)
 }
@@ -263,6 +272,136 @@ fn minimax_m2() -> (Vec<Entry>, usize, serde_json::Value) {
         "coli_synthetic_census": true,
     });
     (t, 130, config)
+}
+
+/// The hybrid layers of Qwen3-Next / Qwen3.5 under `{m}.layers`: every 4th layer gated full
+/// attention (16 heads, 2 KV heads, head_dim 256), the others Gated DeltaNet (16 key and 32
+/// value heads of 128); each a MoE of `experts` BF16 experts of width 512 (per expert, or
+/// fused) plus a shared expert.
+fn hybrid_layers(
+    t: &mut Vec<Entry>,
+    m: &str,
+    layers: usize,
+    experts: usize,
+    h: usize,
+    qwen35: bool,
+) {
+    let (inter, heads, kv, hd, nk, nv, d) = (512usize, 16usize, 2usize, 256usize, 16, 32, 128);
+    let (kd, vd) = (nk * d, nv * d);
+    let bf = |n: String, shape: Vec<usize>| (n, "BF16", shape);
+    for l in 0..layers {
+        let p = format!("{m}.layers.{l}");
+        if (l + 1) % 4 == 0 {
+            for (n, r, c) in gqa_projections(h, heads, kv, hd) {
+                let r = if n == "q_proj" { 2 * r } else { r };
+                t.push(bf(format!("{p}.self_attn.{n}.weight"), vec![r, c]));
+            }
+            for n in ["q_norm", "k_norm"] {
+                t.push(bf(format!("{p}.self_attn.{n}.weight"), vec![hd]));
+            }
+        } else {
+            let a = format!("{p}.linear_attn");
+            if qwen35 {
+                t.push(bf(format!("{a}.in_proj_qkv.weight"), vec![2 * kd + vd, h]));
+                t.push(bf(format!("{a}.in_proj_z.weight"), vec![vd, h]));
+                t.push(bf(format!("{a}.in_proj_b.weight"), vec![nv, h]));
+                t.push(bf(format!("{a}.in_proj_a.weight"), vec![nv, h]));
+            } else {
+                t.push(bf(format!("{a}.in_proj_qkvz.weight"), vec![2 * kd + 2 * vd, h]));
+                t.push(bf(format!("{a}.in_proj_ba.weight"), vec![2 * nv, h]));
+            }
+            t.push(bf(format!("{a}.conv1d.weight"), vec![2 * kd + vd, 1, 4]));
+            t.push(bf(format!("{a}.dt_bias"), vec![nv]));
+            t.push((format!("{a}.A_log"), "F32", vec![nv]));
+            t.push(bf(format!("{a}.norm.weight"), vec![d]));
+            t.push(bf(format!("{a}.out_proj.weight"), vec![h, vd]));
+        }
+        t.push(bf(format!("{p}.input_layernorm.weight"), vec![h]));
+        t.push(bf(format!("{p}.post_attention_layernorm.weight"), vec![h]));
+        let mlp = format!("{p}.mlp");
+        t.push(bf(format!("{mlp}.gate.weight"), vec![experts, h]));
+        t.push(bf(format!("{mlp}.shared_expert_gate.weight"), vec![1, h]));
+        for (n, r, c) in [("gate_proj", inter, h), ("up_proj", inter, h), ("down_proj", h, inter)] {
+            t.push(bf(format!("{mlp}.shared_expert.{n}.weight"), vec![r, c]));
+        }
+        if qwen35 {
+            t.push(bf(
+                format!("{mlp}.experts.gate_up_proj"),
+                vec![experts, 2 * inter, h],
+            ));
+            t.push(bf(format!("{mlp}.experts.down_proj"), vec![experts, h, inter]));
+        } else {
+            for e in 0..experts {
+                for (n, r, c) in [("gate_proj", inter, h), ("up_proj", inter, h), ("down_proj", h, inter)]
+                {
+                    t.push(bf(format!("{mlp}.experts.{e}.{n}.weight"), vec![r, c]));
+                }
+            }
+        }
+    }
+}
+
+/// The text keys both hybrids share.
+fn hybrid_text_config(layers: usize, experts: usize, top_k: usize, vocab: usize) -> serde_json::Value {
+    serde_json::json!({
+        "num_hidden_layers": layers, "hidden_size": 2048, "num_attention_heads": 16,
+        "num_key_value_heads": 2, "head_dim": 256, "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4, "full_attention_interval": 4, "num_experts": experts,
+        "num_experts_per_tok": top_k, "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512, "vocab_size": vocab, "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 262144, "tie_word_embeddings": false,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+                            "partial_rotary_factor": 0.25},
+    })
+}
+
+/// Qwen3-Next-80B-A3B as released: 48 layers of 512 BF16 experts stored per expert.
+fn qwen3_next_80b() -> (Vec<Entry>, usize, serde_json::Value) {
+    let (layers, experts, h, vocab) = (48usize, 512usize, 2048usize, 151_936usize);
+    let mut t: Vec<Entry> = vec![
+        ("model.embed_tokens.weight".into(), "BF16", vec![vocab, h]),
+        ("lm_head.weight".into(), "BF16", vec![vocab, h]),
+        ("model.norm.weight".into(), "BF16", vec![h]),
+    ];
+    hybrid_layers(&mut t, "model", layers, experts, h, false);
+    let mut config = hybrid_text_config(layers, experts, 10, vocab);
+    config["model_type"] = "qwen3_next".into();
+    config["intermediate_size"] = 5120.into();
+    config["norm_topk_prob"] = true.into();
+    config["eos_token_id"] = 151645.into();
+    config["coli_synthetic_census"] = true.into();
+    (t, 41, config)
+}
+
+/// Qwen3.5-35B-A3B as the hub ships it: the text model (40 layers of 256 experts fused per
+/// layer) under `model.language_model`, a vision tower under `model.visual`, an MTP head.
+fn qwen3_5_35b() -> (Vec<Entry>, usize, serde_json::Value) {
+    let (layers, experts, h, vocab) = (40usize, 256usize, 2048usize, 248_320usize);
+    let m = "model.language_model";
+    let mut t: Vec<Entry> = vec![
+        (format!("{m}.embed_tokens.weight"), "BF16", vec![vocab, h]),
+        ("lm_head.weight".into(), "BF16", vec![vocab, h]),
+        (format!("{m}.norm.weight"), "BF16", vec![h]),
+    ];
+    hybrid_layers(&mut t, m, layers, experts, h, true);
+    let vh = 1152usize;
+    for b in 0..27 {
+        let p = format!("model.visual.blocks.{b}");
+        t.push((format!("{p}.attn.qkv.weight"), "BF16", vec![3 * vh, vh]));
+        t.push((format!("{p}.attn.proj.weight"), "BF16", vec![vh, vh]));
+        t.push((format!("{p}.mlp.linear_fc1.weight"), "BF16", vec![4304, vh]));
+        t.push((format!("{p}.mlp.linear_fc2.weight"), "BF16", vec![vh, 4304]));
+    }
+    t.push(("mtp.fc.weight".into(), "BF16", vec![h, 2 * h]));
+    let mut text = hybrid_text_config(layers, experts, 8, vocab);
+    text["model_type"] = "qwen3_5_moe_text".into();
+    let config = serde_json::json!({
+        "model_type": "qwen3_5_moe", "text_config": text, "tie_word_embeddings": false,
+        "vision_config": {"model_type": "qwen3_5_moe_vision", "depth": 27, "hidden_size": vh},
+        "eos_token_id": 248046, "coli_synthetic_census": true,
+    });
+    (t, 14, config)
 }
 
 /// Spreads `tensors` over `shards` sparse files (headers only), with the index and config.

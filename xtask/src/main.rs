@@ -38,7 +38,8 @@ fn main() -> ExitCode {
 /// analyze_model without the sidecar (full scan) and with it (hit), interleaved, medians.
 fn census(args: &[String]) -> ExitCode {
     use coli_tests::census::{write_census, Census};
-    let usage = "usage: cargo xtask census DIR [ROUNDS] [glm5|gpt-oss-120b|minimax-m2]";
+    let usage =
+        "usage: cargo xtask census DIR [ROUNDS] [glm5|gpt-oss-120b|minimax-m2|qwen3-next-80b|qwen3.5-35b]";
     let Some(dir) = args.first() else {
         eprintln!("{usage}");
         return ExitCode::from(2);

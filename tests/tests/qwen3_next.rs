@@ -1,0 +1,120 @@
+//! Qwen3-Next and Qwen3.5-MoE checkpoints that are not what the releases ship: each is a
+//! named error at load, never a panic or a silently wrong model; and the hybrid's state
+//! behaves as a sequence's state must.
+
+use coli_models::sampling::{Sampler, SamplingParams};
+use coli_models::Session;
+use coli_tests::Reference;
+use serde_json::Value;
+
+fn copy(fixture: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    Reference::load(fixture).copy_files_to(tmp.path());
+    tmp
+}
+
+fn load_err(dir: &std::path::Path) -> String {
+    match coli_models::load(dir) {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn edit_config(dir: &std::path::Path, edit: impl FnOnce(&mut Value)) {
+    let p = dir.join("config.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn bad_hybrid_configs_are_named_errors() {
+    type Edit = fn(&mut Value);
+    let cases: &[(&str, Edit, &str)] = &[
+        (
+            "layer_types",
+            |v| v["layer_types"] = serde_json::json!(["linear_attention"]),
+            "has 1 entries",
+        ),
+        (
+            "layer_types",
+            |v| v["layer_types"][1] = "mamba".into(),
+            "unknown layer type \"mamba\"",
+        ),
+        (
+            "linear_num_value_heads",
+            |v| v["linear_num_value_heads"] = 3.into(),
+            "not a multiple of linear_num_key_heads",
+        ),
+        (
+            "linear_conv_kernel_dim",
+            |v| v["linear_conv_kernel_dim"] = 0.into(),
+            "must be positive",
+        ),
+        (
+            "partial_rotary_factor",
+            |v| v["rope_parameters"]["partial_rotary_factor"] = 0.0.into(),
+            "rotary dims",
+        ),
+        (
+            "intermediate_size",
+            |v| {
+                v.as_object_mut().unwrap().remove("intermediate_size");
+            },
+            "dense MLP",
+        ),
+    ];
+    for (key, edit, needle) in cases {
+        let t = copy("qwen3_next_hybrid");
+        edit_config(t.path(), *edit);
+        let e = load_err(t.path());
+        assert!(e.contains(key) && e.contains(needle), "{key}: {e}");
+    }
+    // The interval form transformers derives layer_types from: every 2nd layer full here.
+    let t = copy("qwen3_next_hybrid");
+    edit_config(t.path(), |v| {
+        v.as_object_mut().unwrap().remove("layer_types");
+        v["full_attention_interval"] = 2.into();
+    });
+    coli_models::load(t.path()).unwrap();
+    edit_config(t.path(), |v| v["full_attention_interval"] = 3.into());
+    let e = load_err(t.path());
+    assert!(e.contains("linear_attn"), "layer 1 is linear at interval 3: {e}");
+}
+
+#[test]
+fn a_qwen35_vision_checkpoint_needs_its_text_model() {
+    // The conv weight's shape follows the config: a wrong head count is a shape error
+    // naming the tensor, not a wrong model.
+    let t = copy("qwen3_5_moe_hub_fused");
+    edit_config(t.path(), |v| v["text_config"]["linear_key_head_dim"] = 8.into());
+    let e = load_err(t.path());
+    assert!(e.contains("model.language_model.layers.0.linear_attn"), "{e}");
+    // The wrapper's own keys win over text_config's.
+    let t = copy("qwen3_5_moe_hub_fused");
+    edit_config(t.path(), |v| v["num_experts_per_tok"] = 9.into());
+    let e = load_err(t.path());
+    assert!(e.contains("num_experts_per_tok"), "{e}");
+}
+
+/// The state of a sequence starts from zeros: the same prompt in a reused session, after
+/// another conversation, gives the bits of a fresh session.
+#[test]
+fn a_new_conversation_starts_from_a_zero_state() {
+    for name in ["qwen3_next_hybrid", "qwen3_5_moe_hub_fused"] {
+        let r = Reference::load(name);
+        let m = coli_models::load(&r.dir).unwrap();
+        let ids = r.ids();
+        let run = |s: &mut Session, p: &[u32]| {
+            s.generate(p, 8, &mut Sampler::new(SamplingParams::default()), &[], |_| {})
+                .unwrap()
+                .generated_ids
+        };
+        let mut fresh = Session::new(&m, 64);
+        let want = run(&mut fresh, &ids[..10]);
+        let mut reused = Session::new(&m, 64);
+        run(&mut reused, &ids[20..35]);
+        reused.reset();
+        assert_eq!(run(&mut reused, &ids[..10]), want, "{name}");
+    }
+}
