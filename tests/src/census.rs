@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// A tensor of a census: name, safetensors dtype, shape.
-type Entry = (String, &'static str, Vec<usize>);
+pub(crate) type Entry = (String, &'static str, Vec<usize>);
 
 /// Which checkpoint a census copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,7 +278,7 @@ fn minimax_m2() -> (Vec<Entry>, usize, serde_json::Value) {
 /// attention (16 heads, 2 KV heads, head_dim 256), the others Gated DeltaNet (16 key and 32
 /// value heads of 128); each a MoE of `experts` BF16 experts of width 512 (per expert, or
 /// fused) plus a shared expert.
-fn hybrid_layers(
+pub(crate) fn hybrid_layers(
     t: &mut Vec<Entry>,
     m: &str,
     layers: usize,
@@ -307,7 +307,10 @@ fn hybrid_layers(
                 t.push(bf(format!("{a}.in_proj_b.weight"), vec![nv, h]));
                 t.push(bf(format!("{a}.in_proj_a.weight"), vec![nv, h]));
             } else {
-                t.push(bf(format!("{a}.in_proj_qkvz.weight"), vec![2 * kd + 2 * vd, h]));
+                t.push(bf(
+                    format!("{a}.in_proj_qkvz.weight"),
+                    vec![2 * kd + 2 * vd, h],
+                ));
                 t.push(bf(format!("{a}.in_proj_ba.weight"), vec![2 * nv, h]));
             }
             t.push(bf(format!("{a}.conv1d.weight"), vec![2 * kd + vd, 1, 4]));
@@ -321,7 +324,11 @@ fn hybrid_layers(
         let mlp = format!("{p}.mlp");
         t.push(bf(format!("{mlp}.gate.weight"), vec![experts, h]));
         t.push(bf(format!("{mlp}.shared_expert_gate.weight"), vec![1, h]));
-        for (n, r, c) in [("gate_proj", inter, h), ("up_proj", inter, h), ("down_proj", h, inter)] {
+        for (n, r, c) in [
+            ("gate_proj", inter, h),
+            ("up_proj", inter, h),
+            ("down_proj", h, inter),
+        ] {
             t.push(bf(format!("{mlp}.shared_expert.{n}.weight"), vec![r, c]));
         }
         if qwen35 {
@@ -329,11 +336,17 @@ fn hybrid_layers(
                 format!("{mlp}.experts.gate_up_proj"),
                 vec![experts, 2 * inter, h],
             ));
-            t.push(bf(format!("{mlp}.experts.down_proj"), vec![experts, h, inter]));
+            t.push(bf(
+                format!("{mlp}.experts.down_proj"),
+                vec![experts, h, inter],
+            ));
         } else {
             for e in 0..experts {
-                for (n, r, c) in [("gate_proj", inter, h), ("up_proj", inter, h), ("down_proj", h, inter)]
-                {
+                for (n, r, c) in [
+                    ("gate_proj", inter, h),
+                    ("up_proj", inter, h),
+                    ("down_proj", h, inter),
+                ] {
                     t.push(bf(format!("{mlp}.experts.{e}.{n}.weight"), vec![r, c]));
                 }
             }
@@ -342,7 +355,12 @@ fn hybrid_layers(
 }
 
 /// The text keys both hybrids share.
-fn hybrid_text_config(layers: usize, experts: usize, top_k: usize, vocab: usize) -> serde_json::Value {
+pub(crate) fn hybrid_text_config(
+    layers: usize,
+    experts: usize,
+    top_k: usize,
+    vocab: usize,
+) -> serde_json::Value {
     serde_json::json!({
         "num_hidden_layers": layers, "hidden_size": 2048, "num_attention_heads": 16,
         "num_key_value_heads": 2, "head_dim": 256, "linear_num_key_heads": 16,

@@ -469,6 +469,102 @@ pub fn write_gpt_oss(
     write_json(&dir.join("config.json"), &config)
 }
 
+/// Writes a synthetic Qwen3-Next model into `dir` (created): the release's layer geometry
+/// (`crate::census`'s tensor list: hidden 2048, every 4th layer gated attention, Gated
+/// DeltaNet elsewhere, top-10 of BF16 experts of width 512 plus a shared expert) with
+/// `layers` layers of `experts` experts, random weights; one shard per layer. Reports
+/// `(layers done, layers)`.
+pub fn write_qwen3_next(
+    dir: &Path,
+    layers: usize,
+    experts: usize,
+    mut progress: impl FnMut(usize, usize),
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let (h, vocab) = (2048usize, 151_936usize);
+    let mut rng = Rng(0x5EED_0F0E_57D0_0001);
+    let mut entries = Vec::new();
+    crate::census::hybrid_layers(&mut entries, "model", layers, experts, h, false);
+    let fill = |rng: &mut Rng, name: &str, shape: &[usize]| -> TensorData {
+        let cols = *shape.last().expect("shape");
+        let n: usize = shape.iter().product();
+        let value = |rng: &mut Rng| -> f32 {
+            if name.ends_with("A_log") {
+                (0.02 + 0.15 * (rng.unit() + 1.0)).ln()
+            } else if name.ends_with("linear_attn.norm.weight") {
+                1.0 + 0.1 * rng.unit()
+            } else if name.ends_with("norm.weight") || name.ends_with("dt_bias") {
+                // Zero-centred norms scale by 1 + w.
+                0.1 * rng.unit()
+            } else {
+                rng.unit() * 3f32.sqrt() / (cols as f32).sqrt()
+            }
+        };
+        if name.ends_with("A_log") {
+            let bytes = (0..n).flat_map(|_| value(rng).to_le_bytes()).collect();
+            return TensorData {
+                dtype: DType::F32,
+                shape: shape.to_vec(),
+                bytes,
+            };
+        }
+        let mut bytes = Vec::with_capacity(n * 2);
+        for _ in 0..n {
+            bytes.extend_from_slice(&half::bf16::from_f32(value(rng)).to_bits().to_le_bytes());
+        }
+        TensorData {
+            dtype: DType::BF16,
+            shape: shape.to_vec(),
+            bytes,
+        }
+    };
+    let shards = layers + 1;
+    let mut weight_map = BTreeMap::new();
+    let meta: BTreeMap<String, String> = [("format".to_string(), "pt".to_string())].into();
+    let mut write = |i: usize, tensors: BTreeMap<String, TensorData>| -> std::io::Result<()> {
+        let file = format!("model-{:05}-of-{shards:05}.safetensors", i + 1);
+        for k in tensors.keys() {
+            weight_map.insert(k.clone(), file.clone());
+        }
+        write_safetensors(&dir.join(file), &tensors, &meta)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    };
+    let mut t = BTreeMap::new();
+    t.insert(
+        "model.embed_tokens.weight".into(),
+        bf16_matrix(&mut rng, vocab, h, (h as f32).sqrt()),
+    );
+    t.insert(
+        "lm_head.weight".into(),
+        bf16_matrix(&mut rng, vocab, h, 4.0),
+    );
+    t.insert(
+        "model.norm.weight".into(),
+        fill(&mut rng, "model.norm.weight", &[h]),
+    );
+    write(0, t)?;
+    for l in 0..layers {
+        let p = format!("model.layers.{l}.");
+        let t: BTreeMap<String, TensorData> = entries
+            .iter()
+            .filter(|(n, _, _)| n.starts_with(&p))
+            .map(|(n, _, shape)| (n.clone(), fill(&mut rng, n, shape)))
+            .collect();
+        write(l + 1, t)?;
+        progress(l + 1, layers);
+    }
+    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+    write_json(&dir.join("model.safetensors.index.json"), &index)?;
+    let mut config = crate::census::hybrid_text_config(layers, experts, 10, vocab);
+    config["model_type"] = "qwen3_next".into();
+    config["architectures"] = serde_json::json!(["Qwen3NextForCausalLM"]);
+    config["norm_topk_prob"] = true.into();
+    config["bos_token_id"] = 1.into();
+    config["eos_token_id"] = 2.into();
+    config["coli_synthetic"] = true.into();
+    write_json(&dir.join("config.json"), &config)
+}
+
 /// A tiny random-weight chat model: a 2-layer synthetic OLMoE (8 experts, top-2) with the
 /// demo model's tokenizer and chat template (fetched on first use). For server and chat
 /// tests: real tokenization and templates, random tokens.

@@ -79,7 +79,10 @@ fn bad_hybrid_configs_are_named_errors() {
     coli_models::load(t.path()).unwrap();
     edit_config(t.path(), |v| v["full_attention_interval"] = 3.into());
     let e = load_err(t.path());
-    assert!(e.contains("linear_attn"), "layer 1 is linear at interval 3: {e}");
+    assert!(
+        e.contains("linear_attn"),
+        "layer 1 is linear at interval 3: {e}"
+    );
 }
 
 #[test]
@@ -87,9 +90,14 @@ fn a_qwen35_vision_checkpoint_needs_its_text_model() {
     // The conv weight's shape follows the config: a wrong head count is a shape error
     // naming the tensor, not a wrong model.
     let t = copy("qwen3_5_moe_hub_fused");
-    edit_config(t.path(), |v| v["text_config"]["linear_key_head_dim"] = 8.into());
+    edit_config(t.path(), |v| {
+        v["text_config"]["linear_key_head_dim"] = 8.into()
+    });
     let e = load_err(t.path());
-    assert!(e.contains("model.language_model.layers.0.linear_attn"), "{e}");
+    assert!(
+        e.contains("model.language_model.layers.0.linear_attn"),
+        "{e}"
+    );
     // The wrapper's own keys win over text_config's.
     let t = copy("qwen3_5_moe_hub_fused");
     edit_config(t.path(), |v| v["num_experts_per_tok"] = 9.into());
@@ -106,9 +114,15 @@ fn a_new_conversation_starts_from_a_zero_state() {
         let m = coli_models::load(&r.dir).unwrap();
         let ids = r.ids();
         let run = |s: &mut Session, p: &[u32]| {
-            s.generate(p, 8, &mut Sampler::new(SamplingParams::default()), &[], |_| {})
-                .unwrap()
-                .generated_ids
+            s.generate(
+                p,
+                8,
+                &mut Sampler::new(SamplingParams::default()),
+                &[],
+                |_| {},
+            )
+            .unwrap()
+            .generated_ids
         };
         let mut fresh = Session::new(&m, 64);
         let want = run(&mut fresh, &ids[..10]);

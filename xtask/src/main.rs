@@ -27,7 +27,7 @@ fn main() -> ExitCode {
         "synth" => synth(&std::env::args().skip(2).collect::<Vec<_>>()),
         "census" => census(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask verify | test | synth OUT [olmoe|small] [bf16|int8] | synth OUT gpt-oss-20b [LAYERS]");
+            eprintln!("usage: cargo xtask verify | test | synth OUT [olmoe|small] [bf16|int8] | synth OUT gpt-oss-20b [LAYERS] | synth OUT qwen3-next [LAYERS] [EXPERTS]");
             ExitCode::from(2)
         }
     }
@@ -140,17 +140,60 @@ fn synth_gpt_oss(out: &str, layers: Option<&String>) -> ExitCode {
     }
 }
 
+/// `synth OUT qwen3-next [LAYERS] [EXPERTS]`: Qwen3-Next-80B's layer geometry with fewer
+/// layers (default 8) and experts per layer (default 64; top-10 as released).
+fn synth_qwen3_next(out: &str, layers: Option<&String>, experts: Option<&String>) -> ExitCode {
+    let count = |v: Option<&String>, default: usize| match v.map(|x| x.parse::<usize>()) {
+        None => Some(default),
+        Some(Ok(n)) if n > 0 => Some(n),
+        Some(_) => None,
+    };
+    let (Some(layers), Some(experts)) = (count(layers, 8), count(experts, 64)) else {
+        eprintln!("qwen3-next takes positive LAYERS and EXPERTS counts");
+        return ExitCode::from(2);
+    };
+    if experts < 10 {
+        eprintln!("qwen3-next routes to 10 experts: EXPERTS must be at least 10");
+        return ExitCode::from(2);
+    }
+    let path = std::path::Path::new(out);
+    if path.exists() {
+        eprintln!("{out} exists; refusing to overwrite");
+        return ExitCode::from(2);
+    }
+    let t = Instant::now();
+    match coli_tests::synthetic::write_qwen3_next(path, layers, experts, |d, n| {
+        eprint!("\rsynth: layer {d}/{n}")
+    }) {
+        Ok(()) => {
+            eprintln!(
+                "\nsynth: qwen3-next, {layers} layers x {experts} experts -> {out} in {:.1}s",
+                t.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("\nsynth: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Writes a synthetic model (random weights, real names and config) for benchmarks.
 fn synth(args: &[String]) -> ExitCode {
     use coli_tests::synthetic::{write_olmoe, OlmoeSpec};
     let Some(out) = args.first() else {
         eprintln!(
-            "usage: cargo xtask synth OUT [olmoe|small] [bf16|int8] | OUT gpt-oss-20b [LAYERS]"
+            "usage: cargo xtask synth OUT [olmoe|small] [bf16|int8] | OUT gpt-oss-20b [LAYERS] \
+             | OUT qwen3-next [LAYERS] [EXPERTS]"
         );
         return ExitCode::from(2);
     };
     if args.get(1).map(String::as_str) == Some("gpt-oss-20b") {
         return synth_gpt_oss(out, args.get(2));
+    }
+    if args.get(1).map(String::as_str) == Some("qwen3-next") {
+        return synth_qwen3_next(out, args.get(2), args.get(3));
     }
     let mut spec = match args.get(1).map(String::as_str) {
         None | Some("olmoe") => OlmoeSpec::olmoe_geometry(),
