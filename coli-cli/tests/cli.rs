@@ -42,6 +42,28 @@ fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// Qwen3.5's hub checkpoint carries a vision tower coli does not load: `coli run` says so
+/// once, on stderr; the text-only checkpoint says nothing.
+#[test]
+fn an_unloaded_vision_tower_is_said_once() {
+    for (name, said) in [("qwen3_5_moe_hub_fused", 1), ("qwen3_5_moe_text_shard", 0)] {
+        let t = copy_fixture(name);
+        let out = coli(&[
+            "run",
+            "--model",
+            path_str(t.path()),
+            "--prompt-ids",
+            "1,2,3",
+            "--max-tokens",
+            "2",
+            "--no-usage",
+        ]);
+        assert!(out.status.success(), "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.matches("vision tower").count(), said, "{name}: {err}");
+    }
+}
+
 #[test]
 fn info_lists_the_supported_model_types() {
     let out = coli(&["info"]);
@@ -57,6 +79,11 @@ fn info_lists_the_supported_model_types() {
         "kimi_k2",
         "glm4_moe",
         "glm_moe_dsa",
+        "gpt_oss",
+        "minimax_m2",
+        "qwen3_next",
+        "qwen3_5_moe",
+        "qwen3_5_moe_text",
     ] {
         assert!(text.contains(t), "{t} missing from: {text}");
     }

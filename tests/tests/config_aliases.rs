@@ -144,3 +144,28 @@ fn minimax_m2_rotary_dim_as_the_hub_and_transformers_5_write_it() {
         "{err}"
     );
 }
+
+/// Qwen3-Next's hub configs write `partial_rotary_factor` and `rope_theta` at the top
+/// level; transformers 5 writes them inside `rope_parameters`. Both load the same model
+/// (and the key is read: another factor changes the logits); the two spellings
+/// disagreeing is a named error.
+#[test]
+fn qwen3_next_partial_rotary_factor_in_either_place() {
+    let r = Reference::load("qwen3_next_hybrid");
+    let ids = &r.ids()[..6];
+    let want = logits(&r.dir, ids).unwrap();
+    let hub = |factor: f64| {
+        with_config(&r, |c| {
+            let rope = c.remove("rope_parameters").unwrap();
+            c.insert("rope_theta".into(), rope["rope_theta"].clone());
+            c.insert("partial_rotary_factor".into(), Value::from(factor));
+        })
+    };
+    assert_eq!(logits(hub(0.25).path(), ids).unwrap(), want);
+    assert_ne!(logits(hub(0.5).path(), ids).unwrap(), want);
+    let clash = with_config(&r, |c| {
+        c.insert("partial_rotary_factor".into(), Value::from(0.5));
+    });
+    let err = logits(clash.path(), ids).unwrap_err();
+    assert!(err.contains("partial_rotary_factor"), "{err}");
+}
