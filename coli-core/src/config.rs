@@ -17,8 +17,11 @@ use crate::error::{CoreError, Result};
 pub struct RawConfig {
     /// Where the config was read from.
     pub path: PathBuf,
-    /// The whole JSON object.
+    /// The whole JSON object (a `text_config`'s keys read as the top level: see
+    /// [`RawConfig::parse`]).
     pub value: Value,
+    /// The object as the file has it, for writing a config back.
+    pub as_written: Value,
 }
 
 /// How RoPE frequencies are scaled.
@@ -116,16 +119,17 @@ impl RawConfig {
     /// `get_text_config()` gives them, the wrapper's own non-null keys (and its
     /// `model_type`) first.
     pub fn parse(path: &Path, text: &str) -> Result<RawConfig> {
-        let mut value: Value = serde_json::from_str(text).map_err(|e| CoreError::Config {
+        let written: Value = serde_json::from_str(text).map_err(|e| CoreError::Config {
             path: path.to_path_buf(),
             msg: format!("not valid JSON: {e}"),
         })?;
-        if !value.is_object() {
+        if !written.is_object() {
             return Err(CoreError::Config {
                 path: path.to_path_buf(),
                 msg: "expected a JSON object at the top level".into(),
             });
         }
+        let mut value = written.clone();
         if let Some(Value::Object(inner)) = value.get("text_config").cloned() {
             let obj = value.as_object_mut().expect("checked above");
             for (k, v) in inner {
@@ -138,6 +142,7 @@ impl RawConfig {
         Ok(RawConfig {
             path: path.to_path_buf(),
             value,
+            as_written: written,
         })
     }
 

@@ -47,13 +47,27 @@ impl Slot<'_> {
         self.session.capacity()
     }
 
-    /// How many leading tokens of `prompt` this slot already holds.
+    /// How many leading tokens of `prompt` this slot already holds and can reuse. A model
+    /// with a recurrent state (linear attention) reuses its history only whole: a prompt
+    /// that leaves it part of the way shares nothing.
     pub fn common_prefix(&self, prompt: &[u32]) -> usize {
-        self.tokens
+        let common = self
+            .tokens
             .iter()
             .zip(prompt)
             .take_while(|(a, b)| a == b)
-            .count()
+            .count();
+        if self.reuses_whole_history_only() && common < self.tokens.len() {
+            0
+        } else {
+            common
+        }
+    }
+
+    /// Whether the model keeps a recurrent state, so that only a whole history can be
+    /// continued (see [`Slot::common_prefix`]).
+    pub fn reuses_whole_history_only(&self) -> bool {
+        self.session.kv().has_states()
     }
 
     /// The slot's grammar compile cache (hits and misses).
@@ -69,17 +83,29 @@ impl Slot<'_> {
 
     /// Writes the tokens the slot holds and their KV rows (little-endian): the token
     /// count (u64), the tokens (u32 each), then per layer the keys, values and indexer keys
-    /// of those positions (f32 each).
+    /// of those positions (f32 each), then each linear-attention layer's recurrent state
+    /// (f32 each; none for attention-only models).
     pub fn save_state(&self, w: &mut dyn Write) -> std::io::Result<()> {
-        let n = self.tokens.len();
+        let kv = self.session.kv();
+        // Only fed tokens have KV rows; a recurrent state is the state after all of them.
+        let mut n = self.tokens.len().min(self.session.len());
+        if kv.has_states() && n != self.session.len() {
+            n = 0;
+        }
         w.write_all(&(n as u64).to_le_bytes())?;
-        for t in &self.tokens {
+        for t in &self.tokens[..n] {
             w.write_all(&t.to_le_bytes())?;
         }
-        let kv = self.session.kv();
         for buf in kv.keys.iter().chain(&kv.values).chain(&kv.index_keys) {
             let width = buf.len() / kv.capacity.max(1);
             for x in &buf[..n * width] {
+                w.write_all(&x.to_le_bytes())?;
+            }
+        }
+        for state in &kv.states {
+            for &x in state {
+                // A sequence of no tokens has a zero state, whatever the slot holds.
+                let x = if n == 0 { 0.0 } else { x };
                 w.write_all(&x.to_le_bytes())?;
             }
         }
@@ -131,12 +157,19 @@ impl Slot<'_> {
                 *x = f32::from_le_bytes(b4);
             }
         }
+        for state in kv.states.iter_mut() {
+            for x in state.iter_mut() {
+                r.read_exact(&mut b4).map_err(bad)?;
+                *x = f32::from_le_bytes(b4);
+            }
+        }
         if r.read(&mut b4).map_err(bad)? != 0 {
             return Err(ModelError::Inconsistent(
                 "slot state: bytes after the last layer (another model's shape)".into(),
             ));
         }
         self.session.truncate(0);
+        // The states just read are the state after these `n` positions.
         self.session.advance(n);
         self.tokens = tokens;
         Ok(())
@@ -400,7 +433,14 @@ impl Engine {
             },
             last: None,
         };
-        let logits = slot.session.forward(&prompt[reuse..], false)?;
+        let logits = match slot.session.forward(&prompt[reuse..], false) {
+            Ok(l) => l,
+            Err(e) => {
+                // What the session still holds (nothing, if a recurrent state was lost).
+                slot.tokens.truncate(slot.session.len());
+                return Err(e);
+            }
+        };
         slot.tokens.extend_from_slice(&prompt[reuse..]);
         d.stats.prefill_s = started.elapsed().as_secs_f64();
         if d.max_tokens == 0 {
@@ -485,7 +525,13 @@ fn forward_batch(
     {
         let mut kvs: Vec<&mut crate::arch::KvCache> =
             sessions.iter_mut().map(|s| s.kv_mut()).collect();
-        model.forward_rows(tokens, &starts, &mut kvs, scratch)?;
+        if let Err(e) = model.forward_rows(tokens, &starts, &mut kvs, scratch) {
+            // Recurrent states may be half advanced: those sequences start over.
+            for s in sessions.iter_mut() {
+                s.forget_if_stateful();
+            }
+            return Err(e);
+        }
     }
     for s in sessions.iter_mut() {
         s.advance(1);

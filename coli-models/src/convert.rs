@@ -514,7 +514,7 @@ fn copy_side_files(input: &Path, tmp: &Path, fail: &dyn Fn(String) -> ModelError
 
 /// The config, with `quantization_config` dropped when no FP8 tensor is left.
 fn write_config(dir: &ModelDir, fp8_left: bool, tmp: &Path) -> Result<()> {
-    let mut cfg = dir.config.value.clone();
+    let mut cfg = dir.config.as_written.clone();
     if !fp8_left {
         if let Some(o) = cfg.as_object_mut() {
             o.remove("quantization_config");

@@ -185,6 +185,15 @@ impl<'m> Session<'m> {
         &mut self.kv
     }
 
+    /// After a failed forward: a recurrent state may be half advanced through the layers,
+    /// so a model with one starts over (an attention cache's rows past the length are
+    /// simply rewritten).
+    pub(crate) fn forget_if_stateful(&mut self) {
+        if self.kv.has_states() {
+            self.pos = 0;
+        }
+    }
+
     /// Marks `n` more positions as fed (after a batched forward wrote their KV).
     pub(crate) fn advance(&mut self, n: usize) {
         self.pos += n;
@@ -219,14 +228,17 @@ impl<'m> Session<'m> {
         } else {
             LogitsFor::Last
         };
-        self.model.forward(
+        if let Err(e) = self.model.forward(
             tokens,
             self.pos,
             &mut self.kv,
             &mut self.scratch,
             mode,
             self.positions,
-        )?;
+        ) {
+            self.forget_if_stateful();
+            return Err(e);
+        }
         self.pos = needed;
         let rows = if all_logits { tokens.len() } else { 1 };
         Ok(&self.scratch.logits[..rows * self.model.info.vocab_size])

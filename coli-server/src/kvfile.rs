@@ -215,14 +215,19 @@ impl Library {
     }
 
     /// The saved conversation sharing the longest prefix with `prompt`, and that length.
-    pub fn best(&self, prompt: &[u32]) -> Option<(&Path, usize)> {
+    /// With `whole_only` (a model with a recurrent state) a conversation counts only when
+    /// `prompt` continues all of it.
+    pub fn best(&self, prompt: &[u32], whole_only: bool) -> Option<(&Path, usize)> {
         self.files
             .iter()
             .map(|(p, t)| {
-                (
-                    p.as_path(),
-                    t.iter().zip(prompt).take_while(|(a, b)| a == b).count(),
-                )
+                let common = t.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+                let usable = if whole_only && common < t.len() {
+                    0
+                } else {
+                    common
+                };
+                (p.as_path(), usable)
             })
             .max_by_key(|(_, n)| *n)
             .filter(|(_, n)| *n > 0)

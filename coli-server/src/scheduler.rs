@@ -334,7 +334,9 @@ fn admit<'e>(
 /// into it (a conversation that left its slot comes back with its KV).
 fn swap_in(lib: &mut kvfile::Library, slot: &mut Slot<'_>, prompt: &[u32]) {
     let held = slot.common_prefix(prompt);
-    let saved = lib.best(prompt).map(|(p, n)| (p.to_path_buf(), n));
+    let saved = lib
+        .best(prompt, slot.reuses_whole_history_only())
+        .map(|(p, n)| (p.to_path_buf(), n));
     if held < slot.tokens().len() {
         if let Err(e) = lib.save(slot) {
             eprintln!("coli serve: could not save an evicted conversation: {e}");

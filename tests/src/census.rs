@@ -383,6 +383,14 @@ fn qwen3_next_80b() -> (Vec<Entry>, usize, serde_json::Value) {
         ("model.norm.weight".into(), "BF16", vec![h]),
     ];
     hybrid_layers(&mut t, "model", layers, experts, h, false);
+    // The MTP head the release ships (never read): one hybrid layer of its own.
+    let mut mtp = Vec::new();
+    hybrid_layers(&mut mtp, "mtp", 4, experts, h, false);
+    t.extend(
+        mtp.into_iter()
+            .filter(|(n, _, _)| n.starts_with("mtp.layers.3.")),
+    );
+    t.push(("mtp.fc.weight".into(), "BF16", vec![h, 2 * h]));
     let mut config = hybrid_text_config(layers, experts, 10, vocab);
     config["model_type"] = "qwen3_next".into();
     config["intermediate_size"] = 5120.into();

@@ -224,6 +224,39 @@ fn a_recurrent_state_is_reused_whole_or_not_at_all() {
     }
 }
 
+/// A saved slot carries the recurrent state with the tokens: loaded into another slot, a
+/// continuation of the whole history gives the tokens of a fresh slot.
+#[test]
+fn a_saved_recurrent_state_comes_back_with_its_slot() {
+    for name in ["qwen3_next_hybrid", "qwen3_5_moe_text_shard"] {
+        let engine = Engine::open(&fixtures_dir().join(name), &Placement::default()).unwrap();
+        let reqs = requests(engine.model().info.vocab_size as u32);
+        let mut slot = engine.slot(64);
+        let first = together_on(&engine, &mut slot, &reqs[0]);
+        let mut saved = Vec::new();
+        slot.save_state(&mut saved).unwrap();
+        let mut other = engine.slot(64);
+        other.load_state(&mut &saved[..]).unwrap();
+        assert_eq!(other.tokens(), slot.tokens(), "{name}");
+        let Prompt::Ids(mut ids) = reqs[0].prompt.clone() else {
+            unreachable!()
+        };
+        ids.extend(first.iter().map(|t| t.0));
+        ids.extend([5, 6]);
+        let next = GenerateRequest {
+            prompt: Prompt::Ids(ids.clone()),
+            ..reqs[1].clone()
+        };
+        let mut d = engine.begin(&mut other, &next, &opts()).unwrap();
+        assert_eq!(d.cached_tokens(), ids.len() - 3, "{name}");
+        let mut got = Vec::new();
+        trace(&mut d, &mut got);
+        run_out(&engine, &mut other, &mut d, &mut got);
+        let fresh = together(&engine, std::slice::from_ref(&next), 0).remove(0);
+        assert_eq!(got, fresh, "{name}: loaded slot vs a fresh one");
+    }
+}
+
 fn together_on<'e>(engine: &'e Engine, slot: &mut Slot<'e>, req: &GenerateRequest) -> Vec<Traced> {
     let mut out = Vec::new();
     let mut d = engine.begin(slot, req, &opts()).unwrap();

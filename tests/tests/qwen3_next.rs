@@ -132,3 +132,49 @@ fn a_new_conversation_starts_from_a_zero_state() {
         assert_eq!(run(&mut reused, &ids[..10]), want, "{name}");
     }
 }
+
+/// An expert read that fails mid-forward leaves the layers before it advanced: a
+/// recurrent state cannot be cut back, so the session starts over (length 0) instead of
+/// going on from a half-advanced state; fed again once the shards are whole, the prompt
+/// gives the bits of a fresh session.
+#[test]
+fn a_failed_forward_restarts_a_recurrent_sequence() {
+    use coli_models::experts::{CacheSize, Placement, Prefetch};
+    let r = Reference::load("qwen3_next_hybrid");
+    let tmp = copy("qwen3_next_hybrid");
+    let dir = tmp.path();
+    let mut m = coli_models::load(dir).unwrap();
+    let p = Placement {
+        cache: CacheSize::Slots(1),
+        direct: false,
+        prefetch: Prefetch::Off,
+        pin_bytes: 0,
+    };
+    m.place_experts(dir, &p).unwrap();
+    let ids = r.ids();
+    let mut s = Session::new(&m, 64);
+    s.forward(&ids[..4], false).unwrap();
+    let shard = dir.join("model.safetensors");
+    let bytes = std::fs::read(&shard).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len((8 + n) as u64)
+        .unwrap();
+    let at = (0..20)
+        .find(|&i| s.forward(&[ids[4 + i]], false).is_err())
+        .expect("a read past the end must fail");
+    assert_eq!(
+        s.len(),
+        0,
+        "failed at step {at}: the sequence must start over"
+    );
+    std::fs::write(&shard, &bytes).unwrap();
+    let again = s.forward(&ids[..6], false).unwrap().to_vec();
+    let mut fresh = Session::new(&m, 64);
+    let want = fresh.forward(&ids[..6], false).unwrap().to_vec();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&again), bits(&want));
+}

@@ -20,7 +20,7 @@ use crate::arch::{
 };
 use crate::error::Result;
 use crate::families::skeleton::{CommonConfig, Defaults, Skeleton};
-use crate::families::{Capability, Family};
+use crate::families::{Capability, Family, TensorLayout};
 use crate::weights::{load_vector, Linear};
 
 /// `config.json` of a Qwen3-Next checkpoint (the keys coli reads).
@@ -125,6 +125,13 @@ impl Family for Qwen3Next {
         Capability::LinearAttention,
         Capability::Dense,
     ];
+    /// The hub checkpoints' MTP head (`mtp.*`) is never read; fused experts (as
+    /// transformers 5 holds them) are streamed like per-expert ones.
+    const LAYOUT: TensorLayout = TensorLayout {
+        ignored: &["mtp."],
+        fused_experts: &[".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"],
+        ..TensorLayout::STANDARD
+    };
 
     fn load(dir: &ModelDir) -> Result<Transformer> {
         load_hybrid(dir, Variant::Next)
