@@ -72,6 +72,23 @@ pub fn floats(v: &Value) -> Vec<f64> {
         .collect()
 }
 
+/// Loading the model in `dir` must fail: the error's text.
+pub fn load_err(dir: &std::path::Path) -> String {
+    match coli_models::load(dir) {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Rewrites `dir/config.json` with `edit`.
+pub fn edit_config(dir: &std::path::Path, edit: impl FnOnce(&mut Value)) {
+    let p = dir.join("config.json");
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).expect("config.json")).expect("json");
+    edit(&mut v);
+    std::fs::write(&p, serde_json::to_string_pretty(&v).expect("json")).expect("write config");
+}
+
 impl Reference {
     /// Copies the fixture's files (not its sidecars, which start with '.') into `dst`.
     pub fn copy_files_to(&self, dst: &std::path::Path) {

@@ -149,22 +149,12 @@ pub fn write_olmoe(
     std::fs::create_dir_all(dir)?;
     let mut rng = Rng(spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let (h, n) = (spec.hidden, spec.layers);
-    let shards = n + 1;
-    let mut weight_map = BTreeMap::new();
-    let meta: BTreeMap<String, String> = [("format".to_string(), "pt".to_string())].into();
-    let io = |e: coli_core::CoreError| std::io::Error::other(e.to_string());
-    let mut write = |i: usize, tensors: BTreeMap<String, TensorData>| -> std::io::Result<()> {
-        let file = format!("model-{:05}-of-{shards:05}.safetensors", i + 1);
-        for k in tensors.keys() {
-            weight_map.insert(k.clone(), file.clone());
-        }
-        let mut m = meta.clone();
-        if spec.int8_experts {
-            m.insert("coli.format".into(), "1".into());
-            m.insert("coli.experts".into(), "int8".into());
-        }
-        write_safetensors(&dir.join(file), &tensors, &m).map_err(io)
+    let container: &[(&str, &str)] = if spec.int8_experts {
+        &[("coli.format", "1"), ("coli.experts", "int8")]
+    } else {
+        &[]
     };
+    let mut shards = Shards::new(dir, n + 1, container);
     let mut t = BTreeMap::new();
     t.insert(
         "model.embed_tokens.weight".into(),
@@ -175,7 +165,7 @@ pub fn write_olmoe(
         bf16_matrix(&mut rng, spec.vocab, h, 4.0),
     );
     t.insert("model.norm.weight".into(), norm(&mut rng, h));
-    write(0, t)?;
+    shards.write(0, t)?;
     for l in 0..n {
         let p = format!("model.layers.{l}");
         let mut t = BTreeMap::new();
@@ -212,11 +202,10 @@ pub fn write_olmoe(
                 }
             }
         }
-        write(l + 1, t)?;
+        shards.write(l + 1, t)?;
         progress(l + 1, n);
     }
-    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
-    write_json(&dir.join("model.safetensors.index.json"), &index)?;
+    shards.write_index()?;
     let config = serde_json::json!({
         "architectures": ["OlmoeForCausalLM"],
         "model_type": "olmoe",
@@ -241,6 +230,45 @@ pub fn write_olmoe(
 }
 
 /// Writes `v` as pretty JSON to `path`, atomically.
+/// A synthetic model's shards, `model-{i}-of-{count}.safetensors`, and the index naming
+/// each tensor's shard.
+struct Shards<'a> {
+    dir: &'a Path,
+    count: usize,
+    meta: BTreeMap<String, String>,
+    weight_map: BTreeMap<String, String>,
+}
+
+impl<'a> Shards<'a> {
+    /// `count` shards in `dir`, each stamped with `meta` beside `format: pt`.
+    fn new(dir: &'a Path, count: usize, meta: &[(&str, &str)]) -> Shards<'a> {
+        let mut m: BTreeMap<String, String> = [("format".to_string(), "pt".to_string())].into();
+        m.extend(meta.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Shards {
+            dir,
+            count,
+            meta: m,
+            weight_map: BTreeMap::new(),
+        }
+    }
+
+    /// Writes shard `i` (from 0).
+    fn write(&mut self, i: usize, tensors: BTreeMap<String, TensorData>) -> std::io::Result<()> {
+        let file = format!("model-{:05}-of-{:05}.safetensors", i + 1, self.count);
+        for k in tensors.keys() {
+            self.weight_map.insert(k.clone(), file.clone());
+        }
+        write_safetensors(&self.dir.join(file), &tensors, &self.meta)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
+    /// Writes `model.safetensors.index.json`.
+    fn write_index(&self) -> std::io::Result<()> {
+        let index = serde_json::json!({"metadata": {}, "weight_map": self.weight_map});
+        write_json(&self.dir.join("model.safetensors.index.json"), &index)
+    }
+}
+
 fn write_json(path: &Path, v: &serde_json::Value) -> std::io::Result<()> {
     write_atomic(path, |w| {
         use std::io::Write;
@@ -354,17 +382,7 @@ pub fn write_gpt_oss(
     let mut rng = Rng(spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let (h, n, e) = (spec.hidden, spec.layers, spec.experts);
     let (qd, kvd) = (spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim);
-    let shards = n + 1;
-    let mut weight_map = BTreeMap::new();
-    let meta: BTreeMap<String, String> = [("format".to_string(), "pt".to_string())].into();
-    let mut write = |i: usize, tensors: BTreeMap<String, TensorData>| -> std::io::Result<()> {
-        let file = format!("model-{:05}-of-{shards:05}.safetensors", i + 1);
-        for k in tensors.keys() {
-            weight_map.insert(k.clone(), file.clone());
-        }
-        write_safetensors(&dir.join(file), &tensors, &meta)
-            .map_err(|e| std::io::Error::other(e.to_string()))
-    };
+    let mut shards = Shards::new(dir, n + 1, &[]);
     let mut t = BTreeMap::new();
     t.insert(
         "model.embed_tokens.weight".into(),
@@ -375,7 +393,7 @@ pub fn write_gpt_oss(
         bf16_matrix(&mut rng, spec.vocab, h, 4.0),
     );
     t.insert("model.norm.weight".into(), norm(&mut rng, h));
-    write(0, t)?;
+    shards.write(0, t)?;
     for l in 0..n {
         let p = format!("model.layers.{l}");
         let mut t = BTreeMap::new();
@@ -424,11 +442,10 @@ pub fn write_gpt_oss(
                 bf16_small(&mut rng, vec![e, rows], 0.1),
             );
         }
-        write(l + 1, t)?;
+        shards.write(l + 1, t)?;
         progress(l + 1, n);
     }
-    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
-    write_json(&dir.join("model.safetensors.index.json"), &index)?;
+    shards.write_index()?;
     let layer_types: Vec<&str> = (0..n)
         .map(|i| {
             if i % 2 == 0 {
@@ -518,17 +535,7 @@ pub fn write_qwen3_next(
             bytes,
         }
     };
-    let shards = layers + 1;
-    let mut weight_map = BTreeMap::new();
-    let meta: BTreeMap<String, String> = [("format".to_string(), "pt".to_string())].into();
-    let mut write = |i: usize, tensors: BTreeMap<String, TensorData>| -> std::io::Result<()> {
-        let file = format!("model-{:05}-of-{shards:05}.safetensors", i + 1);
-        for k in tensors.keys() {
-            weight_map.insert(k.clone(), file.clone());
-        }
-        write_safetensors(&dir.join(file), &tensors, &meta)
-            .map_err(|e| std::io::Error::other(e.to_string()))
-    };
+    let mut shards = Shards::new(dir, layers + 1, &[]);
     let mut t = BTreeMap::new();
     t.insert(
         "model.embed_tokens.weight".into(),
@@ -542,7 +549,7 @@ pub fn write_qwen3_next(
         "model.norm.weight".into(),
         fill(&mut rng, "model.norm.weight", &[h]),
     );
-    write(0, t)?;
+    shards.write(0, t)?;
     for l in 0..layers {
         let p = format!("model.layers.{l}.");
         let t: BTreeMap<String, TensorData> = entries
@@ -550,11 +557,10 @@ pub fn write_qwen3_next(
             .filter(|(n, _, _)| n.starts_with(&p))
             .map(|(n, _, shape)| (n.clone(), fill(&mut rng, n, shape)))
             .collect();
-        write(l + 1, t)?;
+        shards.write(l + 1, t)?;
         progress(l + 1, layers);
     }
-    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
-    write_json(&dir.join("model.safetensors.index.json"), &index)?;
+    shards.write_index()?;
     let mut config = crate::census::hybrid_text_config(layers, experts, 10, vocab);
     config["model_type"] = "qwen3_next".into();
     config["architectures"] = serde_json::json!(["Qwen3NextForCausalLM"]);

@@ -162,15 +162,7 @@ fn a_reused_prefix_gives_the_tokens_of_a_fresh_slot() {
         let mut slot = engine.slot(64);
         let first = together_on(&engine, &mut slot, &reqs[0]);
         // The next turn: the whole first exchange plus two new tokens.
-        let Prompt::Ids(mut ids) = reqs[0].prompt.clone() else {
-            unreachable!()
-        };
-        ids.extend(first.iter().map(|t| t.0));
-        ids.extend([5, 6]);
-        let next = GenerateRequest {
-            prompt: Prompt::Ids(ids.clone()),
-            ..reqs[1].clone()
-        };
+        let (ids, next) = next_turn(&reqs, &first);
         let mut d = engine.begin(&mut slot, &next, &opts()).unwrap();
         // Everything but the first exchange's last token (emitted, never fed) is reused.
         assert_eq!(d.cached_tokens(), ids.len() - 3, "{name}");
@@ -199,12 +191,10 @@ fn a_recurrent_state_is_reused_whole_or_not_at_all() {
         let reqs = requests(engine.model().info.vocab_size as u32);
         let mut slot = engine.slot(64);
         let first = together_on(&engine, &mut slot, &reqs[0]);
+        let (whole, _) = next_turn(&reqs, &first);
         let Prompt::Ids(prompt) = reqs[0].prompt.clone() else {
             unreachable!()
         };
-        let mut whole = prompt.clone();
-        whole.extend(first.iter().map(|t| t.0));
-        whole.extend([5, 6]);
         // Shares all but the last prompt token: a KV cache would keep that prefix.
         let mut partial = prompt[..prompt.len() - 1].to_vec();
         partial.extend([7, 8]);
@@ -238,15 +228,7 @@ fn a_saved_recurrent_state_comes_back_with_its_slot() {
         let mut other = engine.slot(64);
         other.load_state(&mut &saved[..]).unwrap();
         assert_eq!(other.tokens(), slot.tokens(), "{name}");
-        let Prompt::Ids(mut ids) = reqs[0].prompt.clone() else {
-            unreachable!()
-        };
-        ids.extend(first.iter().map(|t| t.0));
-        ids.extend([5, 6]);
-        let next = GenerateRequest {
-            prompt: Prompt::Ids(ids.clone()),
-            ..reqs[1].clone()
-        };
+        let (ids, next) = next_turn(&reqs, &first);
         let mut d = engine.begin(&mut other, &next, &opts()).unwrap();
         assert_eq!(d.cached_tokens(), ids.len() - 3, "{name}");
         let mut got = Vec::new();
@@ -255,6 +237,21 @@ fn a_saved_recurrent_state_comes_back_with_its_slot() {
         let fresh = together(&engine, std::slice::from_ref(&next), 0).remove(0);
         assert_eq!(got, fresh, "{name}: loaded slot vs a fresh one");
     }
+}
+
+/// The conversation's next turn: `reqs[0]`'s prompt ids, the answer `first` and two new
+/// tokens, as a request with `reqs[1]`'s settings.
+fn next_turn(reqs: &[GenerateRequest], first: &[Traced]) -> (Vec<u32>, GenerateRequest) {
+    let Prompt::Ids(mut ids) = reqs[0].prompt.clone() else {
+        unreachable!()
+    };
+    ids.extend(first.iter().map(|t| t.0));
+    ids.extend([5, 6]);
+    let next = GenerateRequest {
+        prompt: Prompt::Ids(ids.clone()),
+        ..reqs[1].clone()
+    };
+    (ids, next)
 }
 
 fn together_on<'e>(engine: &'e Engine, slot: &mut Slot<'e>, req: &GenerateRequest) -> Vec<Traced> {

@@ -1,7 +1,7 @@
 //! gpt-oss checkpoints that are not what the release ships: each is a named error at load,
 //! never a panic or a silently wrong model.
 
-use coli_tests::Reference;
+use coli_tests::{edit_config, load_err, Reference};
 use serde_json::Value;
 
 /// A copy of the fixture (sidecars left out).
@@ -9,20 +9,6 @@ fn copy(fixture: &str) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     Reference::load(fixture).copy_files_to(tmp.path());
     tmp
-}
-
-fn load_err(dir: &std::path::Path) -> String {
-    match coli_models::load(dir) {
-        Ok(_) => panic!("{} loaded", dir.display()),
-        Err(e) => e.to_string(),
-    }
-}
-
-fn edit_config(dir: &std::path::Path, edit: impl FnOnce(&mut Value)) {
-    let p = dir.join("config.json");
-    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-    edit(&mut v);
-    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
 }
 
 /// The shard's header JSON and where its data starts.

@@ -15,7 +15,7 @@ use crate::arch::{
     Attention, ClampedGlu, Expert, Ffn, GluExpert, Mixer, Moe, Routing, Transformer,
 };
 use crate::error::Result;
-use crate::families::skeleton::{CommonConfig, Defaults, Skeleton};
+use crate::families::skeleton::{layer_kinds, CommonConfig, Defaults, Skeleton};
 use crate::families::{Capability, Family, TensorLayout};
 use crate::weights::{load_vector, Linear};
 
@@ -145,37 +145,21 @@ fn sliding_layers(dir: &ModelDir, cfg: &GptOssConfig) -> Result<Vec<bool>> {
     let Some(types) = &cfg.layer_types else {
         return Ok((0..n).map(|i| i % 2 == 0).collect());
     };
-    if types.len() != n {
+    let sliding = layer_kinds(
+        dir,
+        types,
+        n,
+        &[("sliding_attention", true), ("full_attention", false)],
+    )?;
+    if sliding.contains(&true) && matches!(cfg.sliding_window, Some(0) | None) {
         return Err(c
             .error(
-                "layer_types",
-                format!("has {} entries for num_hidden_layers = {n}", types.len()),
+                "sliding_window",
+                "a sliding_attention layer needs a positive sliding_window",
             )
             .into());
     }
-    types
-        .iter()
-        .map(|t| match t.as_str() {
-            "sliding_attention" => match cfg.sliding_window {
-                Some(0) | None => Err(c
-                    .error(
-                        "sliding_window",
-                        "a sliding_attention layer needs a positive sliding_window",
-                    )
-                    .into()),
-                Some(_) => Ok(true),
-            },
-            "full_attention" => Ok(false),
-            other => Err(c
-                .error(
-                    "layer_types",
-                    format!(
-                        "unknown layer type \"{other}\" (expected sliding_attention or full_attention)"
-                    ),
-                )
-                .into()),
-        })
-        .collect()
+    Ok(sliding)
 }
 
 /// Expert `e` of `{prefix}` from the release's MXFP4 tensors.

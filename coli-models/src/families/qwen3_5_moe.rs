@@ -14,7 +14,7 @@ use coli_core::ModelDir;
 
 use crate::arch::{KvLayout, Transformer};
 use crate::error::Result;
-use crate::families::qwen3_next::{hybrid_kv_layout, load_hybrid, Variant};
+use crate::families::qwen3_next::{hybrid_kv_layout, load_hybrid, Variant, FUSED_EXPERTS};
 use crate::families::{Capability, Family, TensorLayout};
 
 /// The Qwen3.5-MoE family.
@@ -35,7 +35,7 @@ impl Family for Qwen35Moe {
     const LAYOUT: TensorLayout = TensorLayout {
         layers: &["model.language_model.layers.", "model.layers."],
         ignored: &["model.visual.", "mtp."],
-        fused_experts: &[".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"],
+        fused_experts: FUSED_EXPERTS,
         ..TensorLayout::STANDARD
     };
     fn load(dir: &ModelDir) -> Result<Transformer> {

@@ -19,7 +19,7 @@ use crate::arch::{
     Routing, SharedExpert, Transformer,
 };
 use crate::error::Result;
-use crate::families::skeleton::{CommonConfig, Defaults, Skeleton};
+use crate::families::skeleton::{layer_kinds, CommonConfig, Defaults, Skeleton};
 use crate::families::{Capability, Family, TensorLayout};
 use crate::weights::{load_vector, Linear};
 
@@ -108,6 +108,9 @@ const DEFAULTS: Defaults = Defaults {
     rope_theta: 10000.0,
 };
 
+/// The fused expert tensors of a layer, as transformers 5 holds Qwen-style experts.
+pub(crate) const FUSED_EXPERTS: &[&str] = &[".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"];
+
 /// `Qwen3NextConfig.head_dim`'s default (not hidden / heads).
 const DEFAULT_HEAD_DIM: usize = 256;
 
@@ -129,7 +132,7 @@ impl Family for Qwen3Next {
     /// transformers 5 holds them) are streamed like per-expert ones.
     const LAYOUT: TensorLayout = TensorLayout {
         ignored: &["mtp."],
-        fused_experts: &[".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"],
+        fused_experts: FUSED_EXPERTS,
         ..TensorLayout::STANDARD
     };
 
@@ -326,29 +329,12 @@ fn full_attention_layers(dir: &ModelDir, cfg: &Qwen3NextConfig) -> Result<Vec<bo
         }
         return Ok((0..n).map(|i| (i + 1).is_multiple_of(every)).collect());
     };
-    if types.len() != n {
-        return Err(c
-            .error(
-                "layer_types",
-                format!("has {} entries for num_hidden_layers = {n}", types.len()),
-            )
-            .into());
-    }
-    types
-        .iter()
-        .map(|t| match t.as_str() {
-            "full_attention" => Ok(true),
-            "linear_attention" => Ok(false),
-            other => Err(c
-                .error(
-                    "layer_types",
-                    format!(
-                    "unknown layer type \"{other}\" (expected linear_attention or full_attention)"
-                ),
-                )
-                .into()),
-        })
-        .collect()
+    layer_kinds(
+        dir,
+        types,
+        n,
+        &[("linear_attention", false), ("full_attention", true)],
+    )
 }
 
 /// The linear-attention shape, checked: positive sizes, value heads a multiple of key

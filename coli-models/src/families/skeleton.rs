@@ -41,6 +41,45 @@ pub struct CommonConfig {
     pub tie_word_embeddings: bool,
 }
 
+/// `layer_types` checked against `num_hidden_layers` (`n`), each entry mapped through
+/// `kinds` (`(spelling, value)`); an unknown spelling is an error listing the known ones.
+pub fn layer_kinds<T: Copy>(
+    dir: &ModelDir,
+    types: &[String],
+    n: usize,
+    kinds: &[(&str, T)],
+) -> Result<Vec<T>> {
+    let c = &dir.config;
+    if types.len() != n {
+        return Err(c
+            .error(
+                "layer_types",
+                format!("has {} entries for num_hidden_layers = {n}", types.len()),
+            )
+            .into());
+    }
+    types
+        .iter()
+        .map(|t| {
+            kinds
+                .iter()
+                .find(|(name, _)| name == t)
+                .map(|&(_, v)| v)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = kinds.iter().map(|(name, _)| *name).collect();
+                    c.error(
+                        "layer_types",
+                        format!(
+                            "unknown layer type \"{t}\" (expected {})",
+                            known.join(" or ")
+                        ),
+                    )
+                    .into()
+                })
+        })
+        .collect()
+}
+
 /// A family's values for keys its configs may omit (its `transformers` config defaults).
 #[derive(Clone, Copy, Debug)]
 pub struct Defaults {
