@@ -305,8 +305,6 @@ fn plan_units(dir: &ModelDir, opts: &ConvertOptions) -> Result<ConvertPlan> {
             renamed.insert(name.clone(), out);
         }
     }
-    dropped.sort_unstable();
-    dropped.dedup();
     let mut split: Vec<&str> = renamed.keys().map(String::as_str).collect();
     split.sort_unstable();
     for (name, (_, l)) in &role_of {
@@ -315,11 +313,13 @@ fn plan_units(dir: &ModelDir, opts: &ConvertOptions) -> Result<ConvertPlan> {
             dropped.push(format!("{name}_scale"));
         }
     }
+    dropped.sort_unstable();
+    dropped.dedup();
     let mut experts: BTreeMap<(usize, usize), Unit> = BTreeMap::new();
     let mut others: Vec<Unit> = Vec::new();
     let mut fp8_left = false;
     for name in dir.tensor_names().into_iter().chain(split) {
-        if dropped.iter().any(|d| d == name) {
+        if dropped.binary_search_by(|d| d.as_str().cmp(name)).is_ok() {
             continue;
         }
         let role = role_of.get(name);

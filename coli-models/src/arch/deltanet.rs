@@ -165,7 +165,6 @@ impl GatedDeltaNet {
         grow(&mut t.b, n * d.value_heads);
         grow(&mut t.a, n * d.value_heads);
         grow(&mut t.heads, n * vd);
-        grow(&mut t.tmp, vd);
         grow(&mut t.out, n * vd);
     }
 

@@ -81,7 +81,6 @@ pub(crate) struct DeltaScratch {
     pub(crate) b: Vec<f32>,
     pub(crate) a: Vec<f32>,
     pub(crate) heads: Vec<f32>,
-    pub(crate) tmp: Vec<f32>,
     pub(crate) out: Vec<f32>,
 }
 
@@ -185,7 +184,6 @@ impl Scratch {
             &self.delta.b,
             &self.delta.a,
             &self.delta.heads,
-            &self.delta.tmp,
             &self.delta.out,
             &self.gate.packed,
             &self.gate.gate,
