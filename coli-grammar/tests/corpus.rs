@@ -3,6 +3,7 @@
 //! byte, compact and pretty-printed; its invalid ones (checked invalid by the validator) are
 //! rejected.
 
+use coli_grammar::schema::jsonschema_validator;
 use coli_grammar::{compile_schema, Compiled, Matcher};
 use serde_json::Value;
 
@@ -16,10 +17,7 @@ fn corpus() -> Vec<(String, Value, Vec<Value>, Vec<Value>)> {
 }
 
 fn validator(schema: &Value) -> jsonschema::Validator {
-    jsonschema::options()
-        .should_validate_formats(true)
-        .build(schema)
-        .expect("the validator takes the schema")
+    jsonschema_validator(schema, None, true).expect("the validator takes the schema")
 }
 
 #[test]

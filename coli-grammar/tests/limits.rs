@@ -2,6 +2,7 @@
 //! patterns and grammars end in an error or a correct answer, on a thread with the small
 //! stack of a test thread (2 MiB).
 
+use coli_grammar::schema::jsonschema_validator;
 use coli_grammar::{compile_schema, parse, schema_to_gbnf, Compiled, Matcher};
 use serde_json::{json, Value};
 
@@ -15,7 +16,7 @@ fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 fn validator(schema: &Value) -> jsonschema::Validator {
-    jsonschema::options().build(schema).unwrap()
+    jsonschema_validator(schema, None, false).unwrap()
 }
 
 /// Issue 17's crash: a recursive `$ref` inside `allOf`.

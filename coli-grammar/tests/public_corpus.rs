@@ -9,6 +9,7 @@
 //! a named keyword: at most 2%), at least 99.5% of valid instances are accepted, and no
 //! invalid instance is.
 
+use coli_grammar::schema::jsonschema_validator;
 use coli_grammar::{compile_schema, Compiled, Matcher};
 use serde_json::Value;
 
@@ -24,10 +25,7 @@ fn public_corpus_sample_meets_the_targets() {
         let name = row["name"].as_str().unwrap();
         let schema = &row["schema"];
         schemas += 1;
-        let Ok(v) = jsonschema::options()
-            .should_validate_formats(true)
-            .build(schema)
-        else {
+        let Ok(v) = jsonschema_validator(schema, None, true) else {
             continue;
         };
         let g = match compile_schema(&schema.to_string()) {

@@ -6,6 +6,7 @@
 //! by the validation of the finished text).
 
 use coli_grammar::corpus::{corpus_in, realworld_dir};
+use coli_grammar::schema::jsonschema_validator;
 use coli_grammar::{compile_schema, Compiled, Matcher};
 
 #[test]
@@ -19,13 +20,7 @@ fn realworld_corpus_valid_accepted_invalid_rejected() {
         relaxed += !compiled.relaxations().is_empty() as usize;
         warned += !compiled.warnings().is_empty() as usize;
         // The draft named by $schema (else 2020-12); OpenAPI-style draft-4 booleans need 4.
-        let build = |d: Option<jsonschema::Draft>| {
-            let mut o = jsonschema::options().should_validate_formats(true);
-            if let Some(d) = d {
-                o = o.with_draft(d);
-            }
-            o.build(&c.schema)
-        };
+        let build = |d| jsonschema_validator(&c.schema, d, true);
         let v = build(None)
             .or_else(|_| build(Some(jsonschema::Draft::Draft4)))
             .unwrap();

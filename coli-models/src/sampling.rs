@@ -27,6 +27,10 @@ impl Default for SamplingParams {
     }
 }
 
+/// Below `max - 110` a scaled logit's `exp(x - max)` is 0 in f32 (the smallest subnormal is
+/// `exp(-103.3)`): such a token has no probability at all.
+const NEGLIGIBLE: f32 = -110.0;
+
 /// A seeded sampler with reusable buffers.
 pub struct Sampler {
     params: SamplingParams,
@@ -67,13 +71,25 @@ impl Sampler {
         if p.temperature <= 0.0 || p.top_k == 1 {
             return argmax(logits);
         }
+        // Tokens whose probability is exactly zero in f32 (masked to -inf by a constraint,
+        // or more than ~104 below the best) can never be drawn: they are left out before
+        // the sort, which otherwise orders the whole vocabulary on every token. Same draws
+        // as sorting them all (`sample_plain` in the tests).
+        let max = logits
+            .iter()
+            .map(|&l| l / p.temperature)
+            .fold(f32::NEG_INFINITY, f32::max);
+        if max == f32::NEG_INFINITY {
+            return argmax(logits);
+        }
         let c = &mut self.candidates;
         c.clear();
         c.extend(
             logits
                 .iter()
                 .enumerate()
-                .map(|(i, &l)| (i as u32, l / p.temperature)),
+                .map(|(i, &l)| (i as u32, l / p.temperature))
+                .filter(|&(_, x)| x - max > NEGLIGIBLE),
         );
         // Descending by logit, ties to the lower id: a total order, so the result is deterministic.
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
@@ -108,7 +124,8 @@ impl Sampler {
                 return e.0;
             }
         }
-        c.last().expect("at least one candidate").0
+        // Only when rounding leaves u at or above zero: the last token that can be drawn.
+        c.iter().rev().find(|e| e.1 > 0.0).unwrap_or(&c[0]).0
     }
 }
 
@@ -120,6 +137,99 @@ pub fn log_sum_exp(x: &[f32]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The plain algorithm: every token a candidate, the whole vocabulary sorted.
+    fn sample_plain(p: &SamplingParams, rng: &mut ChaCha8Rng, logits: &[f32]) -> u32 {
+        let mut c: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (i as u32, l / p.temperature))
+            .collect();
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if p.top_k > 0 && p.top_k < c.len() {
+            c.sort_by(by_logit);
+            c.truncate(p.top_k);
+        }
+        c.sort_by(by_logit);
+        let max = c[0].1;
+        let mut sum = 0.0f64;
+        for e in c.iter_mut() {
+            e.1 = (e.1 - max).exp();
+            sum += e.1 as f64;
+        }
+        if p.top_p < 1.0 {
+            let mut cum = 0.0f64;
+            let mut keep = c.len();
+            for (i, e) in c.iter().enumerate() {
+                cum += e.1 as f64 / sum;
+                if cum >= p.top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            c.truncate(keep);
+            sum = c.iter().map(|e| e.1 as f64).sum();
+        }
+        let mut u = rng.gen::<f64>() * sum;
+        for e in c.iter() {
+            u -= e.1 as f64;
+            if u < 0.0 {
+                return e.0;
+            }
+        }
+        // Never reached with a positive candidate first: u starts below sum.
+        c.iter()
+            .rev()
+            .find(|e| e.1 > 0.0)
+            .expect("a positive candidate")
+            .0
+    }
+
+    #[test]
+    fn leaving_out_impossible_tokens_draws_what_the_plain_sort_draws() {
+        let mut gen = ChaCha8Rng::seed_from_u64(5);
+        for case in 0..300u64 {
+            let n = gen.gen_range(1..400);
+            // Masked (-inf), far below the best (zero probability), ties, and ordinary values.
+            let logits: Vec<f32> = (0..n)
+                .map(|_| match gen.gen_range(0..10) {
+                    0..=3 => f32::NEG_INFINITY,
+                    4 => -200.0 + gen.gen_range(0..3) as f32,
+                    5 => 1.5,
+                    _ => gen.gen_range(-20.0..20.0),
+                })
+                .collect();
+            if logits.iter().all(|&l| l == f32::NEG_INFINITY) {
+                continue;
+            }
+            let params = SamplingParams {
+                temperature: [0.3, 0.7, 1.0, 1.5][case as usize % 4],
+                top_k: [0, 1, 3, 50][(case / 4) as usize % 4],
+                top_p: [1.0, 0.9, 0.5][(case / 16) as usize % 3],
+                seed: case,
+            };
+            if params.top_k == 1 {
+                continue;
+            }
+            let mut fast = Sampler::new(params.clone());
+            let mut rng = ChaCha8Rng::seed_from_u64(case);
+            for draw in 0..20 {
+                let want = sample_plain(&params, &mut rng, &logits);
+                assert_eq!(fast.sample(&logits), want, "case {case} draw {draw}");
+            }
+        }
+    }
+
+    #[test]
+    fn everything_masked_gives_a_token_not_a_panic() {
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 0.9,
+            seed: 1,
+        });
+        assert_eq!(s.sample(&[f32::NEG_INFINITY; 4]), 0);
+    }
 
     #[test]
     fn greedy_and_ties() {

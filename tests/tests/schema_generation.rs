@@ -78,20 +78,35 @@ fn random_model_output_validates_for_every_corpus_schema() {
     let prompt = tok.encode("JSON:").unwrap();
     let trie = std::sync::Arc::new(coli_grammar::TokenTrie::new(&bytes));
     let shared = std::sync::Arc::new(bytes.clone());
-    let (mut outputs, mut drafted, mut tokens) = (0, 0, 0);
-    let (mut unfinished, mut violations) = (0, 0);
-    for c in coli_grammar::corpus::corpus().unwrap() {
-        let (name, schema) = (c.name, c.schema);
-        // As the engine generates: objects closed to their declared members.
-        let options = SchemaOptions::GENERATION;
-        let compiled = std::sync::Arc::new(Compiled::new(
-            &compile_schema_with(&schema.to_string(), options).unwrap(),
-        ));
-        let validator = jsonschema::options()
-            .should_validate_formats(true)
-            .build(&schema)
-            .unwrap();
-        for (seed, temperature) in [(1, 1.0), (2, 1.0), (3, 1.5), (4, 0.7), (5, 1.0)] {
+    let corpus = coli_grammar::corpus::corpus().unwrap();
+    assert!(corpus.len() >= 40, "{}", corpus.len());
+    // As the engine generates: objects closed to their declared members.
+    let schemas: Vec<_> = corpus
+        .iter()
+        .map(|c| {
+            let g = compile_schema_with(&c.schema.to_string(), SchemaOptions::GENERATION);
+            let validator = coli_grammar::schema::jsonschema_validator(&c.schema, None, true);
+            (
+                &c.name,
+                std::sync::Arc::new(Compiled::new(&g.unwrap())),
+                validator.unwrap(),
+            )
+        })
+        .collect();
+    let runs: Vec<_> = (0..schemas.len())
+        .flat_map(|i| {
+            [(1, 1.0), (2, 1.0), (3, 1.5), (4, 0.7), (5, 1.0)].map(|(seed, t)| (i, seed, t))
+        })
+        .collect();
+    // Two workers (the machine's two cores) take the runs in turn; counts summed at the end.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let run = || {
+        let (mut outputs, mut drafted, mut tokens) = (0, 0, 0);
+        let (mut unfinished, mut violations) = (0, 0);
+        while let Some(&(i, seed, temperature)) =
+            runs.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+        {
+            let (name, compiled, validator) = &schemas[i];
             let mut texts = Vec::new();
             // Drafts on, and for the first seed also off (the same output is expected).
             let modes: &[bool] = if seed == 1 { &[true, false] } else { &[true] };
@@ -139,7 +154,9 @@ fn random_model_output_validates_for_every_corpus_schema() {
                 // constraint's own check (never silent); exact grammars never give one.
                 let reported = compiled.check_complete(&text).is_err();
                 match validator.validate(&value) {
-                    Ok(()) => assert!(!reported, "{name} seed {seed}: valid text reported: {text}"),
+                    Ok(()) => {
+                        assert!(!reported, "{name} seed {seed}: valid text reported: {text}")
+                    }
                     Err(e) => {
                         assert!(reported, "{name} seed {seed}: silent violation {e}: {text}");
                         assert!(
@@ -159,7 +176,15 @@ fn random_model_output_validates_for_every_corpus_schema() {
             }
             outputs += 1;
         }
-    }
+        [outputs, drafted, tokens, unfinished, violations]
+    };
+    let [outputs, drafted, tokens, unfinished, violations] = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2).map(|_| s.spawn(run)).collect();
+        workers.into_iter().fold([0; 5], |sum, w| {
+            let n = w.join().expect("a worker failed");
+            std::array::from_fn(|i| sum[i] + n[i])
+        })
+    });
     assert!(outputs >= 200, "{outputs}");
     assert!(drafted > 0, "no forced span was ever drafted");
     assert!(

@@ -48,10 +48,7 @@ fn main() {
         // Labels are re-checked by the jsonschema crate (draft from `$schema`, else
         // 2020-12, formats checked): the Python labeller skips formats it has no checker
         // for. Instances the two disagree on are left out and counted.
-        let relabelled = match jsonschema::options()
-            .should_validate_formats(true)
-            .build(schema)
-        {
+        let relabelled = match coli_grammar::schema::jsonschema_validator(schema, None, true) {
             Ok(v) => {
                 let n = valid.len() + invalid.len();
                 let ok = |t: &String| v.is_valid(&serde_json::from_str::<Value>(t).unwrap());

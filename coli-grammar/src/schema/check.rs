@@ -136,18 +136,31 @@ impl SchemaInfo {
 /// a schema that draft refuses is tried as draft 7, then draft 4 (real schemas without
 /// `$schema` often use `exclusiveMinimum: true` or `definitions`).
 pub fn validator_for(schema: &Value) -> Result<jsonschema::Validator, String> {
-    let build = |d: Option<jsonschema::Draft>| {
-        let mut o = jsonschema::options().should_validate_formats(true);
-        if let Some(d) = d {
-            o = o.with_draft(d);
-        }
-        o.build(schema).map_err(|e| e.to_string())
-    };
+    let build = |d| jsonschema_validator(schema, d, true);
     build(None).or_else(|first| {
         build(Some(jsonschema::Draft::Draft7))
             .or_else(|_| build(Some(jsonschema::Draft::Draft4)))
             .map_err(|_| first)
     })
+}
+
+/// The `jsonschema` crate's validator of `schema`, as that crate builds it: at `draft`
+/// (`None`: the draft its `$schema` names, else 2020-12), `format` checked when `formats`.
+/// Nothing of coli's own, so tests use it as their independent check.
+///
+/// One non-generic place that instantiates the crate's generic builder: every crate that
+/// calls `jsonschema::options().build()` itself compiles that builder anew, about a minute
+/// of release build per test binary.
+pub fn jsonschema_validator(
+    schema: &Value,
+    draft: Option<jsonschema::Draft>,
+    formats: bool,
+) -> Result<jsonschema::Validator, String> {
+    let mut o = jsonschema::options().should_validate_formats(formats);
+    if let Some(d) = draft {
+        o = o.with_draft(d);
+    }
+    o.build(schema).map_err(|e| e.to_string())
 }
 
 /// JSON text to a value, refusing repeated member names (a plain parse keeps the last and

@@ -49,7 +49,9 @@ mod tests;
 mod tests_spelling;
 mod visit;
 
-pub use check::{parse_strict, validator_for, SchemaInfo, SchemaNote, Violation};
+pub use check::{
+    jsonschema_validator, parse_strict, validator_for, SchemaInfo, SchemaNote, Violation,
+};
 
 use crate::gbnf::{parse, show, Expr, Grammar};
 use serde_json::Value;

@@ -13,10 +13,7 @@ pub(super) fn compiled(schema: &Value) -> Compiled {
 }
 
 pub(super) fn reference(schema: &Value, text: &str) -> bool {
-    let v = jsonschema::options()
-        .should_validate_formats(true)
-        .build(schema)
-        .unwrap();
+    let v = jsonschema_validator(schema, None, true).unwrap();
     v.is_valid(&serde_json::from_str(text).unwrap())
 }
 
