@@ -4,11 +4,16 @@
 For each family and configuration: a tiny random checkpoint of the real
 architecture (weights rounded to bf16, scaled so logits are decisive), saved
 with `save_pretrained`, plus reference ids and f32 logits computed by
-`transformers` in float32 with eager attention.
+`transformers` in float32 with eager attention. deepseek_v3_mtp and glm4_moe_mtp also carry a
+complete MTP layer (`model.layers.{num_hidden_layers}.*`, as DeepSeek-V3 and GLM-4.5 publish it)
+and its reference logits, `mtp_logits.bin` (see `mtp_reference`); the other fixtures with MTP
+tensors carry only `add_mtp_layer`'s incomplete decoy, which engines must ignore.
 
     pip install -r oracle/requirements.txt
     python oracle/generate.py tiny [NAME..] # tests/fixtures/<name>/
-    python oracle/generate.py tiny5         # GLM-5 fixtures, under oracle/requirements-tf5.txt
+    python oracle/generate.py tiny5 [NAME..]  # families and layouts only transformers 5 has (GLM-5,
+                                              # gpt-oss, MiniMax-M2, Qwen3-Next/3.5, MTP layers),
+                                              # under oracle/requirements-tf5.txt
     python oracle/generate.py container DIR SEED  # reference for a `coli convert` output
     python oracle/generate.py demo DIR      # tests/fixtures/demo/reference.json from coli's imported demo model
 
@@ -281,9 +286,197 @@ def check_router_margins(model, top_k):
     return gaps
 
 
+def group_router_hook(gaps):
+    """A forward hook for a DeepSeek-V3/GLM-4.5 `TopkRouter` (sigmoid + selection bias, group
+    limit): records the smallest gap at each decision (the topk_group-th vs the next group
+    score, the top_k-th vs the next expert among the allowed groups), so that a fixture whose
+    routing sits on a tie is refused."""
+    def hook(m, inputs, _output):
+        x = inputs[0].reshape(-1, m.hidden_dim).float()
+        s = torch.sigmoid(x @ m.weight.float().t()) + m.e_score_correction_bias.float()
+        e, grp = m.num_experts, m.num_group
+        gs = s.view(-1, grp, e // grp).topk(2, dim=-1)[0].sum(-1)
+        if m.topk_group < grp:
+            top = gs.topk(m.topk_group + 1, dim=-1).values
+            gaps.append(float((top[:, m.topk_group - 1] - top[:, m.topk_group]).min()))
+        keep = torch.zeros_like(gs, dtype=torch.bool).scatter(1, gs.topk(m.topk_group, dim=-1).indices, True)
+        masked = s.masked_fill(~keep.repeat_interleave(e // grp, dim=1), float("-inf"))
+        top = masked.topk(min(m.top_k + 1, e), dim=-1).values
+        if top.shape[-1] > m.top_k:
+            gaps.append(float((top[:, m.top_k - 1] - top[:, m.top_k]).min()))
+    return hook
+
+
+def check_group_router_margins(model):
+    gaps = []
+    for m in model.modules():
+        if type(m).__name__.endswith("TopkRouter"):
+            m.register_forward_hook(group_router_hook(gaps))
+    return gaps
+
+
+MTP_CONVENTION = ("row i = (final-normed main hidden h_i, token ids[i+1]) at RoPE position i; "
+                  "embedding first in eh_proj's input")
+
+
+def mtp_forward(mtp, model, ids, pos):
+    """MTP logits [rows, vocab] of rows i = 0..L-2 -- (h_i, ids[i+1]) -- in one causal pass, no
+    cache, through transformers' own MtpModel.forward_layer with explicit `pos` (a [1, L-1]
+    tensor of RoPE positions)."""
+    with torch.no_grad():
+        h = model.model(ids).last_hidden_state[:, :-1]  # final-normed: what enters lm_head
+        hid = mtp.forward_layer(0, h, pos, None, input_ids=ids[:, 1:])  # post_norm applied inside
+        return mtp._project_to_logits(hid)[0].float()
+
+
+def mtp_reference(model, ids, main_logits, seed, eh_gain, bias_shift, gaps):
+    """A real MTP layer (DeepSeek-V3 / GLM-4.5 `model.layers.{n}`) on the f32 main model:
+    transformers' MtpModel (embedding, head and rotary tied to the main model; its block is the
+    MoE decoder layer), own parameters decisive_init-style with `eh_gain` on eh_proj.
+
+    Reference logits: transformers' `MtpModel.forward_layer` on rows i = 0..L-2 with
+    position_ids = arange(L-1) given explicitly (vLLM's convention: row i at the position of
+    h_i; transformers' MTPCandidateGenerator would pass i + 1). Checked against (a) the same with
+    positions 1..L-1 and (b) a forward written by hand from the module's parts (enorm, hnorm,
+    eh_proj, the block with an explicit causal mask and the main rotary at 0..L-2, post_norm,
+    lm_head)."""
+    from transformers.modeling_layers import MtpModel
+    mtp = MtpModel(model, 1).float().eval()
+    mtp.config._attn_implementation = "eager"
+    layer = mtp.layers[0]
+    decisive_init(layer, seed + 500, 1.0, bias_shift)
+    with torch.no_grad():
+        layer.eh_proj.weight.copy_((layer.eh_proj.weight * eh_gain).to(torch.bfloat16).to(torch.float32))
+    mtp_gaps = []
+    layer.mtp_block.mlp.gate.register_forward_hook(group_router_hook(mtp_gaps))
+    t = torch.tensor([ids])
+    rows = t.shape[1] - 1
+    with torch.no_grad():
+        # MtpModel ties embed/head/rotary to the main model: it must have left them as they were.
+        assert np.array_equal(model(t).logits[0].float().numpy(), main_logits), "MtpModel changed the main model"
+        pos = torch.arange(rows)[None]
+        ours = mtp_forward(mtp, model, t, pos)
+        shifted = mtp_forward(mtp, model, t, pos + 1)
+        h = model.model(t).last_hidden_state[:, :-1]
+        e = model.get_input_embeddings()(t[:, 1:])
+        x = layer.eh_proj(torch.cat([layer.enorm(e), layer.hnorm(h)], dim=-1))
+        mask = torch.full((rows, rows), torch.finfo(torch.float32).min).triu(1)[None, None]
+        y = layer.mtp_block(x, attention_mask=mask, position_ids=pos,
+                            position_embeddings=model.model.rotary_emb(x, position_ids=pos))
+        by_hand = model.lm_head(layer.post_norm(y))[0].float()
+    scale = ours.abs().max().item()
+    d_shift = (ours - shifted).abs().max().item()
+    d_hand = (ours - by_hand).abs().max().item()
+    print(f"  MTP positions 0..{rows - 1} vs 1..{rows}: max |d| {d_shift:.2e} ({d_shift / scale:.1e} rel); "
+          f"by hand: max |d| {d_hand:.2e} ({d_hand / scale:.1e} rel); max |logit| {scale:.3f}")
+    assert d_shift <= 1e-5 * scale and d_hand <= 1e-5 * scale, (d_shift, d_hand, scale)
+    print(f"  routing gaps: main min {min(gaps):.2e}, MTP block min {min(mtp_gaps):.2e}")
+    gaps.extend(mtp_gaps)
+    top2 = torch.topk(ours, 2, dim=-1).values
+    ref = {
+        "mtp_pred": ours.argmax(-1).tolist(),
+        "mtp_top2_margin": (top2[:, 0] - top2[:, 1]).tolist(),
+        "mtp_max_abs_logit": ours.abs().max(-1).values.tolist(),
+        "mtp_rows": rows,
+        "mtp_convention": MTP_CONVENTION,
+    }
+    return mtp, ref, ours.numpy().astype("<f4")
+
+
+def store_real_mtp(out, cfg, mtp):
+    """Appends the MTP layer to the (single-shard) checkpoint as DeepSeek-V3 and GLM-4.5 publish it,
+    `model.layers.{n}.*` with n = num_hidden_layers: enorm, hnorm, eh_proj [H, 2H],
+    shared_head.norm (transformers' post_norm), shared_head.head and embed_tokens (copies of
+    lm_head and the main embedding), and the decoder block under the main layers' names, experts
+    per expert. The block's names come from save_pretrained itself: a model one layer deeper,
+    its layer n loaded with the block, saved, and its layer n taken."""
+    import copy
+    import tempfile
+    from safetensors.torch import load_file, save_file
+    n = cfg.num_hidden_layers
+    path = os.path.join(out, "model.safetensors")
+    assert os.path.exists(path), "real-MTP fixtures are single-shard"
+    tensors = load_file(path)
+    with open(path, "rb") as f:
+        meta = json.loads(f.read(int.from_bytes(f.read(8), "little"))).get("__metadata__")
+    layer = mtp.layers[0]
+    aux_cfg = copy.deepcopy(cfg)
+    aux_cfg.num_hidden_layers = n + 1
+    aux = AutoModelForCausalLM.from_config(aux_cfg, attn_implementation="eager")
+    aux.model.layers[n].load_state_dict(layer.mtp_block.state_dict(), strict=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        aux.to(torch.bfloat16).save_pretrained(tmp, max_shard_size="1GB", safe_serialization=True)
+        saved = load_file(os.path.join(tmp, "model.safetensors"))
+    prefix, last = f"model.layers.{n}.", f"model.layers.{n - 1}."
+    block = {k: v for k, v in saved.items() if k.startswith(prefix)}
+    # The block's names are those of the main model's last (MoE) layer in the same file ...
+    assert sorted(k[len(prefix):] for k in block) == sorted(k[len(last):] for k in tensors if k.startswith(last))
+    # ... and save_pretrained split the fused experts as their forward reads them (gate rows first).
+    experts = layer.mtp_block.mlp.experts
+    inter = experts.down_proj.shape[-1]
+    for j in range(experts.gate_up_proj.shape[0]):
+        for part, w in (("gate", experts.gate_up_proj[j, :inter]), ("up", experts.gate_up_proj[j, inter:]),
+                        ("down", experts.down_proj[j])):
+            assert torch.equal(block[f"{prefix}mlp.experts.{j}.{part}_proj.weight"].float(), w.detach()), (j, part)
+    own = {"enorm.weight": layer.enorm.weight, "hnorm.weight": layer.hnorm.weight,
+           "eh_proj.weight": layer.eh_proj.weight, "shared_head.norm.weight": layer.post_norm.weight}
+    extra = {prefix + k: v.detach().to(torch.bfloat16).contiguous() for k, v in own.items()}
+    extra[prefix + "shared_head.head.weight"] = tensors["lm_head.weight"].clone()
+    extra[prefix + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
+    extra.update(block)
+    assert not set(extra) & set(tensors) and all(v.dtype == torch.bfloat16 for v in extra.values())
+    tensors.update(extra)
+    save_file(tensors, path, metadata=meta)
+    with open(os.path.join(out, "config.json")) as f:
+        c = json.load(f)
+    c["num_nextn_predict_layers"] = 1
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    print(f"  MTP tensors ({len(extra)}): " + ", ".join(sorted(k[len(prefix):] for k in extra)))
+
+
+def check_real_mtp_reload(out, ids, logits, mtp_logits):
+    """transformers reads the saved directory back to the same main logits (it ignores the MTP
+    tensors), and the MTP layer read back from the file by its checkpoint names (experts fused
+    again) gives the same MTP logits."""
+    import re
+    from safetensors.torch import load_file
+    from transformers.modeling_layers import MtpModel
+    t = torch.tensor([ids])
+    again = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        back = again(t).logits[0].float().numpy()
+    assert np.array_equal(back, logits), "the saved checkpoint does not load back to the main logits"
+    n = again.config.num_hidden_layers
+    prefix = f"model.layers.{n}."
+    sd = {k[len(prefix):]: v.float() for k, v in load_file(os.path.join(out, "model.safetensors")).items()
+          if k.startswith(prefix)}
+    assert torch.equal(sd.pop("shared_head.head.weight"), again.lm_head.weight)
+    assert torch.equal(sd.pop("embed_tokens.weight"), again.get_input_embeddings().weight)
+    state, per = {}, {}
+    for k, v in sd.items():
+        m = re.match(r"mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$", k)
+        if m:
+            per.setdefault(m.group(2), {})[int(m.group(1))] = v
+        elif k in ("enorm.weight", "hnorm.weight", "eh_proj.weight"):
+            state[k] = v
+        elif k == "shared_head.norm.weight":
+            state["post_norm.weight"] = v
+        else:
+            state["mtp_block." + k] = v
+    stack = lambda part: torch.stack([per[part][j] for j in sorted(per[part])])
+    state["mtp_block.mlp.experts.gate_up_proj"] = torch.cat([stack("gate"), stack("up")], dim=1)
+    state["mtp_block.mlp.experts.down_proj"] = stack("down")
+    mtp = MtpModel(again, 1).float().eval()
+    mtp.config._attn_implementation = "eager"
+    mtp.layers[0].load_state_dict(state, strict=True)
+    got = mtp_forward(mtp, again, t, torch.arange(len(ids) - 1)[None]).numpy()
+    assert np.array_equal(got, mtp_logits), np.abs(got - mtp_logits).max()
+
+
 def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp=False, rename_type=None,
           bias_shift=0.0, fp8_block=None, mxfp4=False, seq_len=SEQ_LEN, check_routes=False, post_init=None,
-          model_cls=None, fuse_experts=False, **kw):
+          model_cls=None, fuse_experts=False, real_mtp=None, **kw):
     if ONLY and name not in ONLY:
         return
     cfg = AutoConfig.for_model(model_type, **kw)
@@ -303,7 +496,11 @@ def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp
     gaps = check_router_margins(model, tcfg.num_experts_per_tok) if mxfp4 or check_routes else []
     if tcfg.tie_word_embeddings:
         model.tie_weights()
+    if real_mtp is not None:
+        gaps = check_group_router_margins(model)
     ref, logits = reference(model, tcfg.vocab_size, seed, seq_len)
+    if real_mtp is not None:
+        mtp_module, mtp_ref, mtp_logits = mtp_reference(model, ref["ids"], logits, seed, real_mtp, bias_shift, gaps)
     if gaps and min(gaps) < 1e-5:
         sys.exit(f"{name}: a routing decision is within {min(gaps):.1e} of a tie; change the seed")
     out = os.path.join(ROOT, name)
@@ -332,6 +529,11 @@ def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp
         assert np.array_equal(back, logits), "the fused experts do not load back in transformers"
     if mtp:
         add_mtp_layer(out, cfg)
+    if real_mtp is not None:
+        store_real_mtp(out, cfg, mtp_module)
+        check_real_mtp_reload(out, ref["ids"], logits, mtp_logits)
+        mtp_logits.tofile(os.path.join(out, "mtp_logits.bin"))
+        ref.update(mtp_ref)
     if rename_type:
         # The same architecture published under another model_type (Kimi-K2 ships as kimi_k2).
         with open(os.path.join(out, "config.json")) as f:
@@ -352,6 +554,10 @@ def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp
     m = np.array(ref["top2_margin"]) / np.maximum(np.array(ref["max_abs_logit"]), 1e-9)
     size = sum(os.path.getsize(os.path.join(out, x)) for x in os.listdir(out))
     print(f"{name}: {size/1024:.0f} KiB, near-ties (margin < 1e-3 rel) {int((m < 1e-3).sum())}/{len(m)}, greedy {ref['greedy'][:8]}...")
+    if real_mtp is not None:
+        mm = np.array(ref["mtp_top2_margin"]) / np.maximum(np.array(ref["mtp_max_abs_logit"]), 1e-9)
+        print(f"{name}: MTP near-ties (margin < 1e-3 rel) {int((mm < 1e-3).sum())}/{len(mm)}, "
+              f"min rel margin {mm.min():.2e}, pred {ref['mtp_pred'][:8]}...")
 
 
 def tiny():
@@ -442,6 +648,27 @@ def tiny5():
                            "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.707,
                            "original_max_position_embeddings": 64},
           mtp=True, shard="100KB", **dsa, **common)
+
+    # A real, complete MTP layer (model.layers.{n}, n = num_hidden_layers) with reference MTP logits
+    # (mtp_logits.bin, one row per (h_i, ids[i+1]), see mtp_reference): DeepSeek-V3 (MLA with a
+    # q LoRA, YaRN, interleaved rope, group routing) and GLM-4.5 (GQA with biases, partial RoPE,
+    # group routing). The main model: one dense and one MoE layer. real_mtp = the eh_proj gain: with
+    # 1.0 its input halves (enorm(e), hnorm(h)) and its output all have RMS ~1, and the block, not
+    # the skip path, decides most MTP argmaxes; MTP top-2 margins are as wide as the main ones.
+    build("deepseek_v3_mtp", "deepseek_v3", 131, num_hidden_layers=2, first_k_dense_replace=1,
+          num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16,
+          qk_rope_head_dim=8, v_head_dim=16, intermediate_size=64, moe_intermediate_size=16, n_shared_experts=1,
+          n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, norm_topk_prob=True,
+          routed_scaling_factor=2.5, rope_interleave=True,
+          rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "beta_fast": 32.0,
+                           "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                           "original_max_position_embeddings": 64},
+          real_mtp=1.0, **common)
+    build("glm4_moe_mtp", "glm4_moe", 139, num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=4,
+          num_key_value_heads=2, partial_rotary_factor=0.5, attention_bias=True, use_qk_norm=False,
+          intermediate_size=64, moe_intermediate_size=16, n_shared_experts=1, n_routed_experts=8,
+          num_experts_per_tok=3, n_group=2, topk_group=1, norm_topk_prob=False, routed_scaling_factor=2.5,
+          real_mtp=1.0, **common)
 
     # gpt-oss: MXFP4 experts as the hub ships them; alternating sliding (window < SEQ_LEN) and
     # full layers; sinks; biases; YaRN without truncation (the release's rope settings).

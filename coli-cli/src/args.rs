@@ -171,11 +171,16 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) no_drafts: bool,
     /// Drafted tokens, verified in one batched forward (the output is the same either
-    /// way): "auto" (default) drafts what the request offers — grammar-forced tokens and
-    /// prompt lookup (n-gram matches in the prompt and the text so far); "lookup" the
-    /// same; "off" none. MTP drafting is not implemented yet.
+    /// way): "auto" (default) drafts what the model and request offer — grammar-forced
+    /// tokens, then prompt lookup (n-gram matches in the prompt and the text so far), then
+    /// the checkpoint's MTP layer (DeepSeek-V3, Kimi-K2, GLM-4.5+); "lookup" and "mtp"
+    /// only that one (and grammar-forced tokens); "off" none.
     #[arg(long, value_enum, default_value = "auto")]
     pub(crate) draft: DraftArg,
+    /// Tokens the MTP layer drafts at a time (the layer run again on its own output for
+    /// the second and later ones).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub(crate) mtp_depth: u64,
 }
 
 /// `--draft`.
@@ -185,6 +190,8 @@ pub(crate) enum DraftArg {
     Auto,
     /// Prompt lookup (and grammar-forced tokens).
     Lookup,
+    /// The checkpoint's MTP layer (and grammar-forced tokens).
+    Mtp,
     /// No drafts.
     Off,
 }

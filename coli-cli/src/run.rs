@@ -60,7 +60,11 @@ fn request(a: &RunArgs) -> Result<(GenerateRequest, Option<&PathBuf>), String> {
         ignore_eos: a.ignore_eos,
         constraint,
         drafts: !a.no_drafts && a.draft != DraftArg::Off,
-        lookup: a.draft != DraftArg::Off,
+        lookup: matches!(a.draft, DraftArg::Auto | DraftArg::Lookup),
+        mtp_depth: match a.draft {
+            DraftArg::Auto | DraftArg::Mtp => a.mtp_depth as usize,
+            DraftArg::Lookup | DraftArg::Off => 0,
+        },
     };
     Ok((req, source))
 }
@@ -68,6 +72,11 @@ fn request(a: &RunArgs) -> Result<(GenerateRequest, Option<&PathBuf>), String> {
 pub(crate) fn run(a: RunArgs) -> Outcome {
     let engine = open(&a.m)?;
     let (req, source) = request(&a)?;
+    if a.draft == DraftArg::Mtp && engine.model().mtp.is_none() {
+        eprintln!(
+            "coli: note: this checkpoint has no usable multi-token-prediction layer: --draft mtp drafts nothing"
+        );
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let done = engine.generate(&req, |_, piece| {

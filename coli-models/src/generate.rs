@@ -65,6 +65,9 @@ pub struct GenerateRequest {
     pub drafts: bool,
     /// Draft by prompt lookup ([`crate::PromptLookup`]); same output, verified in batches.
     pub lookup: bool,
+    /// Draft by the model's MTP layer where it has one ([`crate::arch::Mtp`]), this many
+    /// tokens at a time (0: off); same output, verified in batches.
+    pub mtp_depth: usize,
 }
 
 impl Default for GenerateRequest {
@@ -77,6 +80,7 @@ impl Default for GenerateRequest {
             constraint: OutputConstraint::None,
             drafts: true,
             lookup: true,
+            mtp_depth: crate::mtp_drafts::DEFAULT_MTP_DEPTH,
         }
     }
 }
@@ -355,6 +359,11 @@ impl Engine {
         };
         let mut session = Session::new(&self.model, prompt_ids.len() + req.max_tokens);
         session.lookup = req.lookup.then(crate::PromptLookup::default);
+        if req.mtp_depth > 0 && session.enable_mtp() {
+            if let Some(d) = &mut session.mtp {
+                d.depth = req.mtp_depth;
+            }
+        }
         let mut sampler = Sampler::new(req.sampling.clone());
         let mut stream = self.tokenizer.as_ref().map(TextTokenizer::stream);
         let snapshot = || self.store_stats().unwrap_or_default();

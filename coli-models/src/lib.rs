@@ -44,6 +44,7 @@ pub mod experts;
 pub mod families;
 pub mod generate;
 pub mod gguf_import;
+pub mod mtp_drafts;
 pub mod sampling;
 mod serde_defaults;
 pub mod session;

@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use crate::arch::{KvCache, LogitsFor, PositionLoop, Scratch, Transformer};
 use crate::error::{ModelError, Result};
+use crate::mtp_drafts::MtpDrafts;
 use crate::sampling::Sampler;
 
 /// Why generation ended.
@@ -116,6 +117,9 @@ pub struct Session<'m> {
     pub positions: PositionLoop,
     /// Prompt-lookup drafting (off by default).
     pub lookup: Option<PromptLookup>,
+    /// Drafting by the model's MTP layer (off by default; [`Session::enable_mtp`]). Tried
+    /// after grammar-forced tokens and prompt lookup.
+    pub mtp: Option<MtpDrafts>,
     /// Recurrent states saved before a draft's verification (linear-attention models).
     saved_states: Vec<f32>,
 }
@@ -132,8 +136,16 @@ impl<'m> Session<'m> {
             pos: 0,
             positions: PositionLoop::Parallel,
             lookup: None,
+            mtp: None,
             saved_states: Vec::new(),
         }
+    }
+
+    /// Turns on drafting by the model's MTP layer; false (and nothing changes) when the
+    /// model has none. Call before the first forward: the layer reads every position.
+    pub fn enable_mtp(&mut self) -> bool {
+        self.mtp = MtpDrafts::new(self.model, self.kv.capacity);
+        self.mtp.is_some()
     }
 
     /// Positions consumed so far.
@@ -156,6 +168,12 @@ impl<'m> Session<'m> {
         self.pos = 0;
     }
 
+    fn rewound(&mut self) {
+        if let Some(d) = &mut self.mtp {
+            d.rewind(self.pos);
+        }
+    }
+
     /// Keeps the first `len` positions and forgets the rest (a shared prefix is reused:
     /// the positions after it are recomputed, with the same bits as the first time).
     /// A model with a recurrent state (linear attention) cannot go back to an earlier
@@ -167,6 +185,7 @@ impl<'m> Session<'m> {
         } else {
             self.pos.min(len)
         };
+        self.rewound();
         self.pos
     }
 
@@ -196,6 +215,9 @@ impl<'m> Session<'m> {
 
     /// Marks `n` more positions as fed (after a batched forward wrote their KV).
     pub(crate) fn advance(&mut self, n: usize) {
+        if let Some(d) = &mut self.mtp {
+            d.lose_track();
+        }
         self.pos += n;
         debug_assert!(self.pos <= self.kv.capacity);
     }
@@ -238,6 +260,9 @@ impl<'m> Session<'m> {
         ) {
             self.forget_if_stateful();
             return Err(e);
+        }
+        if let Some(d) = &mut self.mtp {
+            d.record(self.model, self.pos, tokens, &self.scratch.x);
         }
         self.pos = needed;
         let rows = if all_logits { tokens.len() } else { 1 };
@@ -334,6 +359,11 @@ impl<'m> Session<'m> {
         let lookup = draft.is_empty() && self.lookup.is_some();
         if lookup {
             draft = run.lookup_draft(self.lookup.unwrap_or_default());
+        }
+        if draft.is_empty() {
+            if let Some(d) = &mut self.mtp {
+                draft = d.draft(self.model, self.pos, next, room.saturating_sub(1))?;
+            }
         }
         draft.truncate(room.saturating_sub(1));
         if draft.is_empty() {

@@ -42,6 +42,8 @@ pub const TINY_FIXTURES: &[&str] = &[
     "qwen3_next_layer_types_shard",
     "qwen3_5_moe_hub_fused",
     "qwen3_5_moe_text_shard",
+    "deepseek_v3_mtp",
+    "glm4_moe_mtp",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

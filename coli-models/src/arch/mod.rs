@@ -8,6 +8,7 @@
 //! * [`mlp`]: the SwiGLU MLP.
 //! * [`moe`]: routed mixture of experts (softmax or grouped-sigmoid routing, shared expert).
 //! * [`kv`]: the KV cache and its shape; [`scratch`]: the reusable buffers.
+//! * [`mtp`]: a multi-token-prediction layer (drafts the token after next).
 //! * [`layer`]: the pre-norm layer, the embeddings and the shape checks every family shares.
 //!
 //! One forward pass handles any number of tokens: prefill is the same code as decode
@@ -23,6 +24,7 @@ mod linears;
 pub mod mla;
 pub mod mlp;
 pub mod moe;
+pub mod mtp;
 pub mod placement;
 pub mod scratch;
 
@@ -38,6 +40,7 @@ pub use self::linears::LinearRole;
 pub use self::mla::{Mla, MlaQuery};
 pub use self::mlp::{ClampedGlu, Expert, GluExpert, Mlp};
 pub use self::moe::{Moe, Routing, SharedExpert};
+pub use self::mtp::Mtp;
 pub use self::scratch::Scratch;
 use crate::experts::ExpertStore;
 use crate::weights::Linear;
@@ -93,6 +96,8 @@ pub struct Transformer {
     pub rope_layout: RopeLayout,
     /// Where routed experts come from when they are streamed (None: read in place).
     pub store: Option<ExpertStore>,
+    /// The checkpoint's multi-token-prediction layer, for drafting (DeepSeek-V3, GLM).
+    pub mtp: Option<Box<Mtp>>,
 }
 
 /// Whether a forward should produce logits for every position or only the last.

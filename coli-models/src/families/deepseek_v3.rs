@@ -3,7 +3,7 @@
 //! (by default) interleaved, YaRN with the mscale correction of the softmax scale;
 //! the first `first_k_dense_replace` layers dense, the rest sigmoid-routed MoE with a
 //! selection bias, group-limited top-k, `routed_scaling_factor` and shared experts.
-//! MTP layers (index >= `num_hidden_layers`) are in the checkpoint and ignored.
+//! The MTP layer (index `num_hidden_layers`) drafts ([`crate::arch::Mtp`]).
 //! Mirrors `modeling_deepseek_v3.py`.
 
 use coli_core::ModelDir;
@@ -48,10 +48,11 @@ pub struct DeepseekV3Config {
     pub moe_layer_freq: Option<usize>,
 }
 
-/// `DeepseekV3Config.attribute_map` in `transformers` 5.24: `(alias, key)`. Its other entry,
-/// `num_mtp_layers` for `num_nextn_predict_layers`, names a key coli does not read (MTP
-/// layers are the ones past `num_hidden_layers`).
-pub const CONFIG_ALIASES: &[(&str, &str)] = &[("num_local_experts", "n_routed_experts")];
+/// `DeepseekV3Config.attribute_map` in `transformers` 5.24: `(alias, key)`.
+pub const CONFIG_ALIASES: &[(&str, &str)] = &[
+    ("num_local_experts", "n_routed_experts"),
+    ("num_mtp_layers", "num_nextn_predict_layers"),
+];
 
 /// `DeepseekV3Config`'s defaults in `transformers`.
 const DEFAULTS: Defaults = Defaults {
@@ -106,7 +107,7 @@ impl Family for DeepseekV3 {
                 .into());
         }
         let dims = cfg.mla.dims(cfg.common.num_attention_heads);
-        let sk = Skeleton::mla(dir, DeepseekV3::DISPLAY_NAME, &cfg.common, DEFAULTS, &dims)?;
+        let mut sk = Skeleton::mla(dir, DeepseekV3::DISPLAY_NAME, &cfg.common, DEFAULTS, &dims)?;
         let scale = mla::softmax_scale(dims.nope + dims.rope, &sk.rope.scaling);
         let h = cfg.common.hidden_size;
         let layout = if cfg.rope_interleave {
@@ -114,6 +115,7 @@ impl Family for DeepseekV3 {
         } else {
             RopeLayout::HalfSplit
         };
+        sk.mtp = true;
         sk.assemble(dims.rope, layout, |i, p| {
             let a = format!("{p}.self_attn");
             let mla = Mla::load(dir, &a, &dims, h, cfg.mla.attention_bias, scale)?;

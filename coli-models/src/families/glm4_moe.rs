@@ -1,7 +1,7 @@
 //! GLM-4.5 / 4.6 / 4.7 (`glm4_moe`): GQA with biases on q/k/v, optional per-head q/k
 //! RMSNorm, RoPE on the first `partial_rotary_factor` of each head; the first
 //! `first_k_dense_replace` layers dense, the rest DeepSeek-style sigmoid-routed MoE
-//! with shared experts. MTP layers (index >= `num_hidden_layers`) are ignored.
+//! with shared experts. The MTP layer (index `num_hidden_layers`) drafts ([`crate::arch::Mtp`]).
 //! Mirrors `modeling_glm4_moe.py`.
 
 use coli_core::ModelDir;
@@ -44,11 +44,11 @@ fn half() -> f64 {
     0.5
 }
 
-/// `Glm4MoeConfig.attribute_map` in `transformers` 5.24: `(alias, key)` (its
-/// `num_mtp_layers` entry names a key coli does not read); and `partial_rotary_factor`,
-/// which transformers 5 writes inside `rope_parameters`.
+/// `Glm4MoeConfig.attribute_map` in `transformers` 5.24: `(alias, key)`; and
+/// `partial_rotary_factor`, which transformers 5 writes inside `rope_parameters`.
 pub const CONFIG_ALIASES: &[(&str, &str)] = &[
     ("num_local_experts", "n_routed_experts"),
+    ("num_mtp_layers", "num_nextn_predict_layers"),
     (
         "rope_parameters.partial_rotary_factor",
         "partial_rotary_factor",
@@ -78,7 +78,7 @@ impl Family for Glm4Moe {
     ];
     fn load(dir: &ModelDir) -> Result<Transformer> {
         let cfg: Glm4MoeConfig = dir.config.deserialize_aliased(CONFIG_ALIASES)?;
-        let sk = Skeleton::gqa(dir, Glm4Moe::DISPLAY_NAME, &cfg.common, DEFAULTS)?;
+        let mut sk = Skeleton::gqa(dir, Glm4Moe::DISPLAY_NAME, &cfg.common, DEFAULTS)?;
         let (info, h) = (sk.info.clone(), cfg.common.hidden_size);
         let hd = info.head_dim;
         // transformers: int(head_dim * partial_rotary_factor).
@@ -94,6 +94,7 @@ impl Family for Glm4Moe {
                 .into());
         }
         let bias = cfg.attention_bias;
+        sk.mtp = true;
         sk.assemble(rot, RopeLayout::HalfSplit, |i, p| {
             let mut attn = Attention::load(dir, &format!("{p}.self_attn"), &info, bias, false)?;
             if cfg.use_qk_norm {

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::arch::layer::{embeddings, head_dim};
 use crate::arch::mla::MlaDims;
-use crate::arch::{Ffn, KvShape, Layer, Mixer, ModelInfo, Transformer};
+use crate::arch::{Ffn, KvShape, Layer, Mixer, ModelInfo, Mtp, Transformer};
 use crate::error::Result;
 use crate::weights::load_vector;
 
@@ -39,6 +39,9 @@ pub struct CommonConfig {
     /// Whether the LM head shares the embedding.
     #[serde(default)]
     pub tie_word_embeddings: bool,
+    /// Multi-token-prediction layers stored after the decoder layers (DeepSeek-V3, GLM).
+    #[serde(default)]
+    pub num_nextn_predict_layers: usize,
 }
 
 /// `layer_types` checked against `num_hidden_layers` (`n`), each entry mapped through
@@ -104,6 +107,9 @@ pub struct Skeleton<'a> {
     /// What the text model's tensor names start with (`model`; Qwen3.5's multimodal
     /// checkpoints: `model.language_model`).
     pub prefix: String,
+    /// Whether the family's MTP layer is its ordinary decoder layer at index
+    /// `num_hidden_layers` (then [`Skeleton::assemble`] loads it for drafting).
+    pub mtp: bool,
     defaults: Defaults,
 }
 
@@ -174,6 +180,7 @@ impl<'a> Skeleton<'a> {
             info,
             rope: c.rope_parameters(defaults.rope_theta)?,
             prefix: "model".into(),
+            mtp: false,
             defaults,
         })
     }
@@ -202,7 +209,7 @@ impl<'a> Skeleton<'a> {
                 Layer::load(dir, &p, h, mixer, ffn)
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Transformer {
+        let mut t = Transformer {
             norm: load_vector(dir, &format!("{m}.norm.weight"), h)?,
             rope: RopeTable::new(rope_dim, self.rope.theta, &self.rope.scaling),
             rope_layout: layout,
@@ -215,6 +222,26 @@ impl<'a> Skeleton<'a> {
             layers,
             lm_head,
             store: None,
-        })
+            mtp: None,
+        };
+        // The first MTP layer, when the family has one and the checkpoint holds it (more
+        // than one would chain; no published checkpoint has more).
+        let n = self.common.num_hidden_layers;
+        let p = format!("{m}.layers.{n}");
+        if self.mtp
+            && self.common.num_nextn_predict_layers > 0
+            && dir.has(&format!("{p}.eh_proj.weight"))
+        {
+            let loaded = layer(n, &p)
+                .and_then(|(mixer, ffn)| Layer::load(dir, &p, h, mixer, ffn))
+                .and_then(|l| Mtp::load(dir, &p, &t, l));
+            match loaded {
+                Ok(mtp) => t.mtp = Some(Box::new(mtp)),
+                Err(e) => t.info.notes.push(format!(
+                    "the multi-token-prediction layer {p} is incomplete ({e}): drafting by MTP is off"
+                )),
+            }
+        }
+        Ok(t)
     }
 }

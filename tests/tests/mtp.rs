@@ -1,0 +1,199 @@
+//! Drafting with the checkpoint's MTP layer (DeepSeek-V3, GLM-4.5): the layer's logits
+//! against `transformers`' `MtpModel` (fixtures `deepseek_v3_mtp`, `glm4_moe_mtp`, built by
+//! oracle/generate.py), the drafts the session makes against the layer read teacher-forced,
+//! and the output with MTP drafts against the output without, token for token.
+
+use coli_models::mtp_drafts::teacher_forced;
+use coli_models::sampling::argmax;
+use coli_models::session::GenStats;
+use coli_models::{Sampler, SamplingParams, Session, Transformer};
+use coli_tests::{checks, compare_logits, floats, ids, Reference, ORACLE_TOLERANCE};
+
+const MTP_FIXTURES: [&str; 2] = ["deepseek_v3_mtp", "glm4_moe_mtp"];
+
+fn f32s(path: &std::path::Path) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+fn mtp_logits_match_transformers() {
+    for name in MTP_FIXTURES {
+        // The main model first: the MTP tensors must not disturb it.
+        checks::oracle(name).unwrap();
+        let r = Reference::load(name);
+        let model = coli_models::load(&r.dir).unwrap();
+        assert!(model.mtp.is_some(), "{name}: MTP layer not loaded");
+        assert!(
+            model.info.notes.is_empty(),
+            "{name}: {:?}",
+            model.info.notes
+        );
+        let got = teacher_forced(&model, &r.ids()).unwrap().unwrap();
+        let want = f32s(&r.dir.join("mtp_logits.bin"));
+        let margins = floats(&r.json["mtp_top2_margin"]);
+        compare_logits(name, &got, &want, &margins, r.vocab(), ORACLE_TOLERANCE).unwrap();
+        let pred: Vec<u32> = got.chunks_exact(r.vocab()).map(argmax).collect();
+        assert_eq!(pred, ids(&r.json["mtp_pred"]), "{name}");
+    }
+}
+
+/// A fixture whose checkpoint holds only part of an MTP layer (the decoy other fixtures
+/// carry) loads without it and says so.
+#[test]
+fn an_incomplete_mtp_layer_is_left_out_with_a_note() {
+    let r = Reference::load("deepseek_v3_group_yarn");
+    let model = coli_models::load(&r.dir).unwrap();
+    assert!(model.mtp.is_none());
+    let layer = format!("model.layers.{}", model.info.n_layers);
+    assert!(
+        model.info.notes.iter().any(|n| n.contains(&layer)
+            && n.contains("incomplete")
+            && n.contains("drafting by MTP is off")),
+        "{:?}",
+        model.info.notes
+    );
+}
+
+/// The generated tokens, the stats and the MTP drafts made (position, token).
+fn generate_logged(
+    model: &Transformer,
+    prompt: &[u32],
+    n: usize,
+    temperature: f32,
+    mtp_depth: usize,
+) -> (Vec<u32>, GenStats, Vec<(usize, u32)>) {
+    let mut s = Session::new(model, prompt.len() + n);
+    if mtp_depth > 0 {
+        assert!(s.enable_mtp());
+        let d = s.mtp.as_mut().unwrap();
+        d.depth = mtp_depth;
+        d.log = Some(Vec::new());
+    }
+    let mut sampler = Sampler::new(SamplingParams {
+        temperature,
+        top_k: 0,
+        top_p: 1.0,
+        seed: 9,
+    });
+    let g = s.generate(prompt, n, &mut sampler, &[], |_| {}).unwrap();
+    let log = s.mtp.and_then(|d| d.log).unwrap_or_default();
+    (g.generated_ids, g.stats, log)
+}
+
+fn generate(
+    model: &Transformer,
+    prompt: &[u32],
+    n: usize,
+    temperature: f32,
+    mtp_depth: usize,
+) -> (Vec<u32>, GenStats) {
+    let (ids, stats, _) = generate_logged(model, prompt, n, temperature, mtp_depth);
+    (ids, stats)
+}
+
+#[test]
+fn mtp_drafts_never_change_the_output() {
+    for name in MTP_FIXTURES {
+        let r = Reference::load(name);
+        let model = coli_models::load(&r.dir).unwrap();
+        let prompt = &r.ids()[..8];
+        for temperature in [0.0, 1.0] {
+            let (plain, _) = generate(&model, prompt, 28, temperature, 0);
+            for depth in [1, 2, 4] {
+                let (drafted, st) = generate(&model, prompt, 28, temperature, depth);
+                assert_eq!(drafted, plain, "{name} t={temperature} depth {depth}");
+                assert!(st.draft_forwards > 0, "{name}: no MTP draft was verified");
+            }
+        }
+    }
+}
+
+/// With one draft per step, the session drafts at position `p` (the token at `p` known)
+/// the layer's most likely token from the state at `p - 1`: replaying that rule over the
+/// final sequence with the teacher-forced logits gives the same proposals and acceptances.
+#[test]
+fn session_drafts_are_the_layers_teacher_forced_guesses() {
+    for name in MTP_FIXTURES {
+        let r = Reference::load(name);
+        let model = coli_models::load(&r.dir).unwrap();
+        let prompt = &r.ids()[..8];
+        let (out, st, log) = generate_logged(&model, prompt, 28, 0.0, 1);
+        let seq: Vec<u32> = prompt.iter().chain(&out).copied().collect();
+        let guesses = teacher_forced(&model, &seq).unwrap().unwrap();
+        let v = model.info.vocab_size;
+        let (mut want, mut accepted) = (Vec::new(), 0);
+        let mut p = prompt.len();
+        // A step at p emits seq[p]; it drafts only while a drafted token could be kept and
+        // still leave room for the token its row samples (two more after seq[p]).
+        while p + 2 < seq.len() {
+            let d = argmax(&guesses[(p - 1) * v..p * v]);
+            want.push((p + 1, d));
+            if seq[p + 1] == d {
+                accepted += 1;
+                p += 2;
+            } else {
+                p += 1;
+            }
+        }
+        assert_eq!(log, want, "{name}");
+        assert_eq!(
+            (st.draft_proposed, st.drafted_tokens),
+            (want.len(), accepted),
+            "{name}"
+        );
+    }
+}
+
+/// A copy of fixture `name` with the bytes of `tensors` zeroed.
+fn with_zeroed(name: &str, tensors: &[&str], out: &std::path::Path) {
+    let r = Reference::load(name);
+    r.copy_files_to(out);
+    let path = out.join("model.safetensors");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    for t in tensors {
+        let off = &header[*t]["data_offsets"];
+        let (a, b) = (
+            off[0].as_u64().unwrap() as usize,
+            off[1].as_u64().unwrap() as usize,
+        );
+        bytes[8 + n + a..8 + n + b].fill(0);
+    }
+    std::fs::write(&path, bytes).unwrap();
+}
+
+/// Drafts that are right: with the final norms (the main model's and the MTP layer's)
+/// zeroed, the main model's logits are all equal (greedy picks token 0 every time) and so are the MTP layer's (it drafts 0). Every
+/// draft is kept, several a step at depth > 1, and the output is still the plain one.
+#[test]
+fn accepted_mtp_drafts_keep_the_output() {
+    for name in MTP_FIXTURES {
+        let tmp = tempfile::tempdir().unwrap();
+        let zeroed = [
+            "model.norm.weight",
+            "model.layers.2.shared_head.norm.weight",
+        ];
+        with_zeroed(name, &zeroed, tmp.path());
+        let model = coli_models::load(tmp.path()).unwrap();
+        let prompt = &Reference::load(name).ids()[..8];
+        let (plain, _) = generate(&model, prompt, 20, 0.0, 0);
+        assert!(plain.iter().all(|&t| t == 0), "{plain:?}");
+        for depth in [1, 2, 4] {
+            let (drafted, st) = generate(&model, prompt, 20, 0.0, depth);
+            assert_eq!(drafted, plain, "{name} depth {depth}");
+            assert_eq!(st.drafted_tokens, st.draft_proposed, "{name} depth {depth}");
+            // Each forward verified `depth` drafts, the last one perhaps fewer (the end).
+            assert!(
+                st.drafted_tokens + depth > depth * st.draft_forwards,
+                "{name} depth {depth}: {} forwards verified {} drafts",
+                st.draft_forwards,
+                st.drafted_tokens
+            );
+        }
+    }
+}
