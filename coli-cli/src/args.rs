@@ -173,8 +173,9 @@ pub(crate) struct RunArgs {
     /// Drafted tokens, verified in one batched forward (the output is the same either
     /// way): "auto" (default) drafts what the model and request offer — grammar-forced
     /// tokens, then prompt lookup (n-gram matches in the prompt and the text so far), then
-    /// the checkpoint's MTP layer (DeepSeek-V3, Kimi-K2, GLM-4.5+); "lookup" and "mtp"
-    /// only that one (and grammar-forced tokens); "off" none.
+    /// the checkpoint's MTP layer (DeepSeek-V3, Kimi-K2, GLM-4.5+) unless the experts are
+    /// streamed; "lookup" and "mtp" only that one (and grammar-forced tokens; "mtp" also
+    /// when streaming); "off" none.
     #[arg(long, value_enum, default_value = "auto")]
     pub(crate) draft: DraftArg,
     /// Tokens the MTP layer drafts at a time (the layer run again on its own output for

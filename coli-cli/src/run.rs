@@ -71,7 +71,10 @@ fn request(a: &RunArgs) -> Result<(GenerateRequest, Option<&PathBuf>), String> {
 
 pub(crate) fn run(a: RunArgs) -> Outcome {
     let engine = open(&a.m)?;
-    let (req, source) = request(&a)?;
+    let (mut req, source) = request(&a)?;
+    if a.draft == DraftArg::Auto && !engine.mtp_by_default() {
+        req.mtp_depth = 0;
+    }
     if a.draft == DraftArg::Mtp && engine.model().mtp.is_none() {
         eprintln!(
             "coli: note: this checkpoint has no usable multi-token-prediction layer: --draft mtp drafts nothing"

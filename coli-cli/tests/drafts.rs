@@ -60,7 +60,8 @@ fn every_draft_mode_gives_the_same_tokens() {
                 "{name} {flags:?}"
             );
             assert!(!stderr.contains("no usable"), "{name} {flags:?}: {stderr}");
-            if flags[1] == "mtp" {
+            if flags[1] != "lookup" {
+                // Every expert fits the cache here, so "auto" drafts by MTP too.
                 assert!(
                     got["stats"]["draft_proposed"].as_u64().unwrap() > 0,
                     "{name} {flags:?}: {got}"
@@ -68,6 +69,37 @@ fn every_draft_mode_gives_the_same_tokens() {
             }
         }
     }
+}
+
+/// Streaming (two cached experts of eight per layer): "auto" leaves MTP out (its experts
+/// would be read beside the cache's budget: it drafts what lookup alone drafts), "mtp"
+/// still drafts; same tokens.
+#[test]
+fn auto_leaves_mtp_out_when_experts_are_streamed() {
+    let (off, _) = run("deepseek_v3_mtp", &["--draft", "off", "--cap", "2"]);
+    let (auto, _) = run("deepseek_v3_mtp", &["--draft", "auto", "--cap", "2"]);
+    let (lookup, _) = run("deepseek_v3_mtp", &["--draft", "lookup", "--cap", "2"]);
+    let (mtp, _) = run("deepseek_v3_mtp", &["--draft", "mtp", "--cap", "2"]);
+    assert_eq!(auto["generated_ids"], off["generated_ids"]);
+    assert_eq!(mtp["generated_ids"], off["generated_ids"]);
+    for k in ["draft_proposed", "drafted_tokens", "draft_forwards"] {
+        assert_eq!(
+            auto["stats"][k], lookup["stats"][k],
+            "{k}: {auto} vs {lookup}"
+        );
+    }
+    // Without the cap, auto drafts by MTP besides lookup.
+    let (all, _) = run("deepseek_v3_mtp", &["--draft", "auto"]);
+    assert!(
+        all["stats"]["draft_proposed"].as_u64() > lookup["stats"]["draft_proposed"].as_u64(),
+        "{all}"
+    );
+    assert!(
+        mtp["stats"]["draft_proposed"].as_u64().unwrap() > 0,
+        "{mtp}"
+    );
+    assert_eq!(off["stats"]["cap_per_layer"], 2, "{off}");
+    assert!(off["stats"]["disk_bytes"].as_u64().unwrap() > 0, "{off}");
 }
 
 #[test]

@@ -248,6 +248,19 @@ impl Engine {
         &self.model
     }
 
+    /// Whether drafting by the MTP layer is worth it by default: the model has one and its
+    /// routed experts are not streamed (every expert fits the cache, or there is none). A
+    /// streamed model would read the MTP layer's experts from disk beside the store's
+    /// budget on every token.
+    pub fn mtp_by_default(&self) -> bool {
+        self.model.mtp.is_some()
+            && self
+                .model
+                .store
+                .as_ref()
+                .is_none_or(|s| s.cap() >= self.model.expert_census().experts_per_layer)
+    }
+
     /// The model directory.
     pub fn dir(&self) -> &Path {
         &self.dir

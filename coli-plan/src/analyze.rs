@@ -81,7 +81,7 @@ pub struct Analysis {
     pub shared_expert_bytes: u64,
     /// DSA indexer.
     pub indexer_bytes: u64,
-    /// MTP layers (not loaded).
+    /// MTP layers: outside the budget, read in place only when drafting by MTP.
     pub mtp_bytes: u64,
     /// Tensors outside the text model (a vision tower; not loaded).
     #[serde(default)]
