@@ -371,6 +371,10 @@ def mtp_reference(model, ids, main_logits, seed, eh_gain, bias_shift, gaps):
           f"by hand: max |d| {d_hand:.2e} ({d_hand / scale:.1e} rel); max |logit| {scale:.3f}")
     assert d_shift <= 1e-5 * scale and d_hand <= 1e-5 * scale, (d_shift, d_hand, scale)
     print(f"  routing gaps: main min {min(gaps):.2e}, MTP block min {min(mtp_gaps):.2e}")
+    n_main, n_mtp = len(gaps), len(mtp_gaps)
+    chain = mtp_chain_reference(model, layer, ids, ours.argmax(-1).tolist())
+    chain_gaps = gaps[n_main:] + mtp_gaps[n_mtp:]
+    print(f"  routing gaps in the MTP chain runs: min {min(chain_gaps):.2e}")
     gaps.extend(mtp_gaps)
     top2 = torch.topk(ours, 2, dim=-1).values
     ref = {
@@ -380,8 +384,98 @@ def mtp_reference(model, ids, main_logits, seed, eh_gain, bias_shift, gaps):
         "mtp_rows": rows,
         "mtp_convention": MTP_CONVENTION,
     }
+    ref.update(chain)
     return mtp, ref, ours.numpy().astype("<f4")
 
+
+MTP_CHAIN_PREFIXES = (8, 15, 30)
+MTP_CHAIN_STEPS = 4
+MTP_CHAIN_CONVENTION = (
+    "vLLM eagle.py method 'mtp' with the one MTP layer reused: for prompt ids[0..p-1], MTP rows 0..p-1 pair "
+    "the main model's final-normed h_i with ids[i+1] at RoPE position i (causal over these rows, as in "
+    "mtp_convention) and d1 = argmax of row p-1; then for k = 2..4 one more row at position p+k-2 pairs the "
+    "previous row's MTP block output y before shared_head.norm with token d_{k-1}, attends causally over all "
+    "earlier MTP rows, and gives d_k = argmax; margins/max_abs are the top-2 margin and max |logit| of these "
+    "4 logit rows (no zeroed embedding at position 0, fp32, eager).")
+
+
+def mtp_chain_rows(model, layer, ids, p, steps=MTP_CHAIN_STEPS):
+    """vLLM's recursive MTP drafting (eagle.py, method "mtp", one MTP layer reused), written out
+    with full recomputation: the MTP block runs over all of its rows again at each step with an
+    explicit causal mask. Rows 0..p-1: (final-normed main h_i over ids[0..p-1], ids[i+1]) at
+    position i. Step k >= 2 appends a row at position p+k-2 whose hidden input is the previous
+    row's block output y (before post_norm = shared_head.norm) and whose token is d_{k-1}.
+    Returns the draft logits [steps, vocab]."""
+    t = torch.tensor([ids])
+    emb = model.get_input_embeddings()
+    with torch.no_grad():
+        h = model.model(t[:, :p]).last_hidden_state  # final-normed h_0..h_{p-1}
+        hid = h                                      # the hidden input of each MTP row
+        tok = t[:, 1:p + 1]                          # the token of each MTP row (row p-1: ids[p])
+        out = []
+        for _ in range(steps):
+            rows = hid.shape[1]
+            pos = torch.arange(rows)[None]
+            x = layer.eh_proj(torch.cat([layer.enorm(emb(tok)), layer.hnorm(hid)], dim=-1))
+            mask = torch.full((rows, rows), torch.finfo(torch.float32).min).triu(1)[None, None]
+            y = layer.mtp_block(x, attention_mask=mask, position_ids=pos,
+                                position_embeddings=model.model.rotary_emb(x, position_ids=pos))
+            logits = model.lm_head(layer.post_norm(y[:, -1:]))[0, 0].float()
+            out.append(logits)
+            draft = logits.argmax().view(1, 1)
+            hid = torch.cat([hid, y[:, -1:]], dim=1)  # pre-norm y of the last row
+            tok = torch.cat([tok, draft], dim=1)
+    return torch.stack(out)
+
+
+def mtp_chain_rows_cached(model, layer, ids, p, steps=MTP_CHAIN_STEPS):
+    """The same chain as vLLM runs it: the prefill rows once into a KV cache, then one new row
+    (one new cache entry) per step. Only a cross-check of `mtp_chain_rows`."""
+    from transformers import DynamicCache
+    t = torch.tensor([ids])
+    emb = model.get_input_embeddings()
+    cache = DynamicCache()
+    with torch.no_grad():
+        hid = model.model(t[:, :p]).last_hidden_state
+        tok = t[:, 1:p + 1]
+        start, out = 0, []
+        for _ in range(steps):
+            rows = hid.shape[1]
+            pos = torch.arange(start, start + rows)[None]
+            x = layer.eh_proj(torch.cat([layer.enorm(emb(tok)), layer.hnorm(hid)], dim=-1))
+            mask = torch.full((rows, rows), torch.finfo(torch.float32).min).triu(1)[None, None] if rows > 1 else None
+            y = layer.mtp_block(x, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
+                                position_embeddings=model.model.rotary_emb(x, position_ids=pos))
+            logits = model.lm_head(layer.post_norm(y[:, -1:]))[0, 0].float()
+            out.append(logits)
+            start += rows
+            hid, tok = y[:, -1:], logits.argmax().view(1, 1)
+    return torch.stack(out)
+
+
+def mtp_chain_reference(model, layer, ids, mtp_pred):
+    """`mtp_chain` for reference.json: for each prompt length p in MTP_CHAIN_PREFIXES, the 4 drafts
+    of `mtp_chain_rows` and the top-2 margin and max |logit| of each draft row. d1 must be the
+    teacher-forced mtp_pred[p-1]; the cached chain must give the same logits."""
+    chain = []
+    for p in MTP_CHAIN_PREFIXES:
+        assert p + 1 < len(ids)
+        logits = mtp_chain_rows(model, layer, ids, p)
+        cached = mtp_chain_rows_cached(model, layer, ids, p)
+        scale = logits.abs().max().item()
+        d = (logits - cached).abs().max().item()
+        drafts = logits.argmax(-1).tolist()
+        assert d <= 1e-5 * scale and cached.argmax(-1).tolist() == drafts, (p, d, scale)
+        assert drafts[0] == mtp_pred[p - 1], (p, drafts[0], mtp_pred[p - 1])
+        top2 = torch.topk(logits, 2, dim=-1).values
+        margins = (top2[:, 0] - top2[:, 1]).tolist()
+        max_abs = logits.abs().max(-1).values.tolist()
+        rel = [m / a for m, a in zip(margins, max_abs)]
+        print(f"  MTP chain p={p}: drafts {drafts}, min rel margin {min(rel):.2e}, cached vs full max |d| {d:.1e}"
+              + (f"; NEAR-TIE (rel margin < 1e-3) at step(s) {[k + 1 for k, r in enumerate(rel) if r < 1e-3]}"
+                 if min(rel) < 1e-3 else ""))
+        chain.append({"p": p, "drafts": drafts, "margins": margins, "max_abs": max_abs})
+    return {"mtp_chain": chain, "mtp_chain_convention": MTP_CHAIN_CONVENTION}
 
 def store_real_mtp(out, cfg, mtp):
     """Appends the MTP layer to the (single-shard) checkpoint as DeepSeek-V3 and GLM-4.5 publish it,

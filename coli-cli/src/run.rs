@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use coli_models::generate::{Completion, ExpertRunStats};
 use coli_models::tokenizer::ChatMessage;
-use coli_models::{Engine, GenerateRequest, OutputConstraint, Prompt, SamplingParams};
+use coli_models::{Engine, GenerateRequest, MtpDrafting, OutputConstraint, Prompt, SamplingParams};
 use serde_json::json;
 
 use crate::args::{DraftArg, EvalArgs, ModelArg, RunArgs};
@@ -61,20 +61,19 @@ fn request(a: &RunArgs) -> Result<(GenerateRequest, Option<&PathBuf>), String> {
         constraint,
         drafts: !a.no_drafts && a.draft != DraftArg::Off,
         lookup: matches!(a.draft, DraftArg::Auto | DraftArg::Lookup),
-        mtp_depth: match a.draft {
-            DraftArg::Auto | DraftArg::Mtp => a.mtp_depth as usize,
-            DraftArg::Lookup | DraftArg::Off => 0,
+        mtp: match a.draft {
+            DraftArg::Auto => MtpDrafting::Auto,
+            DraftArg::Mtp => MtpDrafting::On,
+            DraftArg::Lookup | DraftArg::Off => MtpDrafting::Off,
         },
+        mtp_depth: a.mtp_depth as usize,
     };
     Ok((req, source))
 }
 
 pub(crate) fn run(a: RunArgs) -> Outcome {
     let engine = open(&a.m)?;
-    let (mut req, source) = request(&a)?;
-    if a.draft == DraftArg::Auto && !engine.mtp_by_default() {
-        req.mtp_depth = 0;
-    }
+    let (req, source) = request(&a)?;
     if a.draft == DraftArg::Mtp && engine.model().mtp.is_none() {
         eprintln!(
             "coli: note: this checkpoint has no usable multi-token-prediction layer: --draft mtp drafts nothing"

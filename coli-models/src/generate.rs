@@ -65,9 +65,23 @@ pub struct GenerateRequest {
     pub drafts: bool,
     /// Draft by prompt lookup ([`crate::PromptLookup`]); same output, verified in batches.
     pub lookup: bool,
-    /// Draft by the model's MTP layer where it has one ([`crate::arch::Mtp`]), this many
-    /// tokens at a time (0: off); same output, verified in batches.
+    /// When to draft by the model's MTP layer ([`crate::arch::Mtp`]); same output,
+    /// verified in batches.
+    pub mtp: MtpDrafting,
+    /// Tokens the MTP layer drafts at a time (0: none).
     pub mtp_depth: usize,
+}
+
+/// When the MTP layer drafts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MtpDrafting {
+    /// Never.
+    Off,
+    /// When the model has the layer and its experts are not streamed
+    /// ([`Engine::mtp_by_default`]).
+    Auto,
+    /// Whenever the model has the layer.
+    On,
 }
 
 impl Default for GenerateRequest {
@@ -80,6 +94,7 @@ impl Default for GenerateRequest {
             constraint: OutputConstraint::None,
             drafts: true,
             lookup: true,
+            mtp: MtpDrafting::Auto,
             mtp_depth: crate::mtp_drafts::DEFAULT_MTP_DEPTH,
         }
     }
@@ -372,7 +387,12 @@ impl Engine {
         };
         let mut session = Session::new(&self.model, prompt_ids.len() + req.max_tokens);
         session.lookup = req.lookup.then(crate::PromptLookup::default);
-        if req.mtp_depth > 0 && session.enable_mtp() {
+        let mtp = match req.mtp {
+            MtpDrafting::Off => false,
+            MtpDrafting::Auto => self.mtp_by_default(),
+            MtpDrafting::On => true,
+        };
+        if mtp && req.mtp_depth > 0 && session.enable_mtp() {
             if let Some(d) = &mut session.mtp {
                 d.depth = req.mtp_depth;
             }

@@ -56,7 +56,7 @@ pub use arch::{ModelInfo, Transformer};
 pub use batch::{Batch, Decoding, Slot, SlotOptions, TokenEvent, TokenLogprob};
 pub use error::{ModelError, Result};
 pub use families::{load, load_dir, Capability, FamilyDescriptor, FAMILIES};
-pub use generate::{Completion, Engine, GenerateRequest, OutputConstraint, Prompt};
+pub use generate::{Completion, Engine, GenerateRequest, MtpDrafting, OutputConstraint, Prompt};
 pub use sampling::{Sampler, SamplingParams};
 pub use session::{FinishReason, Generation, PromptLookup, Session};
 pub use tokenizer::TextTokenizer;

@@ -12,6 +12,9 @@ use crate::arch::{norm_rows, KvCache, LogitsFor, PositionLoop, Scratch, Transfor
 use crate::error::Result;
 use crate::sampling::argmax;
 
+/// Most history rows given to the MTP layer in one forward.
+const CATCH_UP_ROWS: usize = 256;
+
 /// Tokens the MTP layer drafts after one token (the layer run on its own output for the
 /// second and later ones).
 pub const DEFAULT_MTP_DEPTH: usize = 1;
@@ -133,21 +136,29 @@ impl MtpDrafts {
         let mut pairs: Vec<u32> = self.tokens[1..].to_vec();
         pairs.push(next);
         let s = &mut self.scratch;
-        mtp.forward(
-            &self.hidden,
-            &pairs,
-            self.fed,
-            &mut self.kv,
-            s,
-            &mut self.input,
-            LogitsFor::Last,
-        )?;
+        // A long history (the prompt, at the first draft) in chunks: bounded buffers, the
+        // same bits as one forward.
+        let mut done = 0;
+        let mut last = 0;
+        while done < n {
+            let m = (n - done).min(CATCH_UP_ROWS);
+            mtp.forward(
+                &self.hidden[done * h..(done + m) * h],
+                &pairs[done..done + m],
+                self.fed + done,
+                &mut self.kv,
+                s,
+                &mut self.input,
+                LogitsFor::Last,
+            )?;
+            done += m;
+            last = m - 1;
+        }
         let at = self.fed + n;
         self.fed = at;
         self.tokens.clear();
         self.hidden.clear();
         let mut drafts = vec![argmax(&s.logits[..v])];
-        let mut last = n - 1;
         let mut y = Vec::new();
         while drafts.len() < max.min(self.depth) && at + drafts.len() < self.kv.capacity {
             // Its own output as the hidden state, the token it drafted as the pair; written

@@ -163,6 +163,18 @@ impl<'m> Session<'m> {
         self.kv.capacity
     }
 
+    /// The tokens the MTP layer drafts (up to `max`, and its depth) for the positions after
+    /// `next`, the token that follows what was fed; nothing is fed. Empty without MTP
+    /// drafting on ([`Session::enable_mtp`]). The draft is what generation would verify.
+    pub fn mtp_draft(&mut self, next: u32, max: usize) -> Result<Vec<u32>> {
+        self.check_tokens(&[next])?;
+        let room = self.kv.capacity.saturating_sub(self.pos + 1);
+        match &mut self.mtp {
+            Some(d) => d.draft(self.model, self.pos, next, max.min(room)),
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// Forgets the conversation (keeps the buffers).
     pub fn reset(&mut self) {
         self.pos = 0;
@@ -356,13 +368,18 @@ impl<'m> Session<'m> {
         }
         let mut draft = constraint.draft();
         let room = (run.max_tokens - run.generated.len()).min(capacity - self.pos);
-        let lookup = draft.is_empty() && self.lookup.is_some();
+        let mut lookup = draft.is_empty() && self.lookup.is_some();
         if lookup {
             draft = run.lookup_draft(self.lookup.unwrap_or_default());
+            lookup = !draft.is_empty();
         }
         if draft.is_empty() {
             if let Some(d) = &mut self.mtp {
-                draft = d.draft(self.model, self.pos, next, room.saturating_sub(1))?;
+                // A draft only changes speed: a failed one is no draft (and none after).
+                match d.draft(self.model, self.pos, next, room.saturating_sub(1)) {
+                    Ok(v) => draft = v,
+                    Err(_) => d.lose_track(),
+                }
             }
         }
         draft.truncate(room.saturating_sub(1));

@@ -105,6 +105,7 @@ async fn start(
         drafts: false,
         // The batched slots do not draft yet.
         lookup: false,
+        mtp: coli_models::MtpDrafting::Off,
         mtp_depth: 0,
     };
     let (tx, mut rx) = unbounded_channel();

@@ -112,6 +112,82 @@ fn mtp_drafts_never_change_the_output() {
     }
 }
 
+/// The depth-1 drafts of a generation whose tokens sit at `seq[first..end]`, by the rule
+/// below, from the teacher-forced `guesses` over `seq`; and how many are kept.
+fn expected_drafts(
+    model: &Transformer,
+    guesses: &[f32],
+    seq: &[u32],
+    first: usize,
+    end: usize,
+) -> (Vec<(usize, u32)>, usize) {
+    let v = model.info.vocab_size;
+    let (mut want, mut accepted) = (Vec::new(), 0);
+    let mut p = first;
+    // A step at p emits seq[p]; it drafts only while a drafted token could be kept and
+    // still leave room for the token its row samples (two more after seq[p]).
+    while p + 2 < end {
+        let d = argmax(&guesses[(p - 1) * v..p * v]);
+        want.push((p + 1, d));
+        if seq[p + 1] == d {
+            accepted += 1;
+            p += 2;
+        } else {
+            p += 1;
+        }
+    }
+    (want, accepted)
+}
+
+/// A second turn on the same session (its prompt fed after the first turn's history, whose
+/// last token was emitted but never fed): the layer pairs the history's last state with
+/// the new prompt's first token and drafts as over one sequence. A history cut below what
+/// the layer has read stops MTP drafting, and the output stays plain decoding's.
+#[test]
+fn later_turns_draft_from_the_whole_history_and_a_cut_stops_drafting() {
+    let greedy = || Sampler::new(SamplingParams::default());
+    for name in MTP_FIXTURES {
+        let r = Reference::load(name);
+        let model = coli_models::load(&r.dir).unwrap();
+        let ids = r.ids();
+        let (p1, p2) = (&ids[..8], &ids[8..14]);
+        let mut s = Session::new(&model, 80);
+        assert!(s.enable_mtp());
+        s.mtp.as_mut().unwrap().log = Some(Vec::new());
+        let g1 = s.generate(p1, 12, &mut greedy(), &[], |_| {}).unwrap();
+        let mut seq: Vec<u32> = p1.to_vec();
+        seq.extend_from_slice(&g1.generated_ids[..11]);
+        assert_eq!(s.len(), seq.len());
+        let g2 = s.generate(p2, 12, &mut greedy(), &[], |_| {}).unwrap();
+        let turn2 = seq.len() + p2.len();
+        seq.extend_from_slice(p2);
+        seq.extend_from_slice(&g2.generated_ids);
+        let guesses = teacher_forced(&model, &seq).unwrap().unwrap();
+        let (mut want, _) = expected_drafts(&model, &guesses, &seq, 8, 20);
+        want.extend(expected_drafts(&model, &guesses, &seq, turn2, turn2 + 12).0);
+        let log = s.mtp.as_ref().unwrap().log.clone().unwrap();
+        assert_eq!(log, want, "{name}");
+        // Cut back into what the layer has read, then a third turn: no MTP drafts, and
+        // the tokens a session without MTP gives after the same cut.
+        let mut plain = Session::new(&model, 80);
+        plain.generate(p1, 12, &mut greedy(), &[], |_| {}).unwrap();
+        plain.generate(p2, 12, &mut greedy(), &[], |_| {}).unwrap();
+        assert_eq!(s.truncate(10), plain.truncate(10));
+        let g3 = s
+            .generate(&ids[20..24], 10, &mut greedy(), &[], |_| {})
+            .unwrap();
+        let want3 = plain
+            .generate(&ids[20..24], 10, &mut greedy(), &[], |_| {})
+            .unwrap();
+        assert_eq!(g3.generated_ids, want3.generated_ids, "{name}");
+        assert_eq!(g3.stats.draft_proposed, 0, "{name}");
+        assert_eq!(
+            s.mtp.as_ref().unwrap().log.as_ref().unwrap().len(),
+            want.len()
+        );
+    }
+}
+
 /// With one draft per step, the session drafts at position `p` (the token at `p` known)
 /// the layer's most likely token from the state at `p - 1`: replaying that rule over the
 /// final sequence with the teacher-forced logits gives the same proposals and acceptances.
@@ -124,21 +200,7 @@ fn session_drafts_are_the_layers_teacher_forced_guesses() {
         let (out, st, log) = generate_logged(&model, prompt, 28, 0.0, 1);
         let seq: Vec<u32> = prompt.iter().chain(&out).copied().collect();
         let guesses = teacher_forced(&model, &seq).unwrap().unwrap();
-        let v = model.info.vocab_size;
-        let (mut want, mut accepted) = (Vec::new(), 0);
-        let mut p = prompt.len();
-        // A step at p emits seq[p]; it drafts only while a drafted token could be kept and
-        // still leave room for the token its row samples (two more after seq[p]).
-        while p + 2 < seq.len() {
-            let d = argmax(&guesses[(p - 1) * v..p * v]);
-            want.push((p + 1, d));
-            if seq[p + 1] == d {
-                accepted += 1;
-                p += 2;
-            } else {
-                p += 1;
-            }
-        }
+        let (want, accepted) = expected_drafts(&model, &guesses, &seq, prompt.len(), seq.len());
         assert_eq!(log, want, "{name}");
         assert_eq!(
             (st.draft_proposed, st.drafted_tokens),
@@ -194,6 +256,37 @@ fn accepted_mtp_drafts_keep_the_output() {
                 st.draft_forwards,
                 st.drafted_tokens
             );
+        }
+    }
+}
+
+/// Drafts at depth 4 (the layer run on its own pre-norm output, one new row per draft)
+/// against an independent implementation of vLLM's recursive MTP drafting
+/// (oracle/generate.py `mtp_chain_rows`): the history `ids[..p]` fed, `ids[p]` next.
+#[test]
+fn recursive_drafts_match_the_reference_chain() {
+    for name in MTP_FIXTURES {
+        let r = Reference::load(name);
+        let model = coli_models::load(&r.dir).unwrap();
+        let ids = r.ids();
+        let chains = r.json["mtp_chain"].as_array().expect("mtp_chain");
+        assert_eq!(chains.len(), 3);
+        for c in chains {
+            let p = c["p"].as_u64().unwrap() as usize;
+            let want = coli_tests::ids(&c["drafts"]);
+            let mut s = Session::new(&model, ids.len());
+            assert!(s.enable_mtp());
+            s.mtp.as_mut().unwrap().depth = want.len();
+            // The history in two forwards, as generation feeds it (prompt, then a token).
+            s.forward(&ids[..p - 1], false).unwrap();
+            s.forward(&ids[p - 1..p], false).unwrap();
+            assert_eq!(s.mtp_draft(ids[p], 8).unwrap(), want, "{name} p={p}");
+            // Asked for fewer, it stops early: the chain's first tokens.
+            let mut s2 = Session::new(&model, ids.len());
+            assert!(s2.enable_mtp());
+            s2.mtp.as_mut().unwrap().depth = want.len();
+            s2.forward(&ids[..p], false).unwrap();
+            assert_eq!(s2.mtp_draft(ids[p], 2).unwrap(), want[..2], "{name} p={p}");
         }
     }
 }

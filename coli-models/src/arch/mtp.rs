@@ -19,7 +19,9 @@
 
 use coli_core::ModelDir;
 
-use super::{norm_rows, KvCache, Layer, LogitsFor, Mixer, PositionLoop, Scratch, Transformer};
+use super::{
+    norm_rows, KvCache, Layer, LinearRole, LogitsFor, Mixer, PositionLoop, Scratch, Transformer,
+};
 use crate::error::Result;
 use crate::weights::{load_vector, Linear};
 
@@ -61,6 +63,28 @@ impl Mtp {
                 mtp: None,
             },
         })
+    }
+
+    /// Copies the layer's own matrices (not its routed experts, which are read in place)
+    /// into resident memory, and shares `embed` and `head`: the main model's, made
+    /// resident already (the clones taken at load still point into the file mapping).
+    pub(crate) fn make_resident(&mut self, embed: &Linear, head: &Linear) -> Result<()> {
+        self.block.embed_tokens = embed.clone();
+        self.block.lm_head = head.clone();
+        let mut linears: Vec<&mut Linear> = self
+            .block
+            .linears_mut()
+            .into_iter()
+            .filter(|(r, _)| matches!(r, LinearRole::Router | LinearRole::Dense))
+            .map(|(_, l)| l)
+            .collect();
+        linears.push(&mut self.eh_proj);
+        let views: Vec<coli_core::TensorView> = linears.iter().map(|l| l.view().clone()).collect();
+        let resident = coli_core::make_resident(&views.iter().collect::<Vec<_>>())?;
+        for (l, v) in linears.iter_mut().zip(resident) {
+            l.set_view(v);
+        }
+        Ok(())
     }
 
     /// A cache for the layer's own keys and values.

@@ -41,7 +41,7 @@ pub struct CommonConfig {
     pub tie_word_embeddings: bool,
     /// Multi-token-prediction layers stored after the decoder layers (DeepSeek-V3, GLM).
     #[serde(default)]
-    pub num_nextn_predict_layers: usize,
+    pub num_nextn_predict_layers: Option<usize>,
 }
 
 /// `layer_types` checked against `num_hidden_layers` (`n`), each entry mapped through
@@ -229,7 +229,7 @@ impl<'a> Skeleton<'a> {
         let n = self.common.num_hidden_layers;
         let p = format!("{m}.layers.{n}");
         if self.mtp
-            && self.common.num_nextn_predict_layers > 0
+            && self.common.num_nextn_predict_layers.unwrap_or(0) > 0
             && dir.has(&format!("{p}.eh_proj.weight"))
         {
             let loaded = layer(n, &p)
