@@ -244,12 +244,10 @@ fn cargo(args: &[&str]) -> bool {
     ok
 }
 
-const MSRV: &str = "1.89.0";
-
 /// The workspace's `rust-version`, checked: `cargo check` with that toolchain when rustup
 /// can provide it (said and skipped when it cannot: no rustup, or no network to fetch it).
-/// Started in the background; [`msrv_wait`] gives its verdict.
-fn msrv_start() -> Msrv {
+fn msrv_check() -> bool {
+    const MSRV: &str = "1.89.0";
     let have = Command::new("rustup")
         .args(["run", MSRV, "rustc", "--version"])
         .output()
@@ -260,43 +258,18 @@ fn msrv_start() -> Msrv {
             .is_ok_and(|s| s.success());
     if !have {
         eprintln!("xtask test: MSRV check skipped: toolchain {MSRV} not available here");
-        return Msrv::Skipped;
+        return true;
     }
-    eprintln!("+ cargo +{MSRV} check --workspace (rust-version), in the background");
-    let child = Command::new("rustup")
+    eprintln!("+ cargo +{MSRV} check --workspace (rust-version)");
+    let t = Instant::now();
+    let ok = Command::new("rustup")
         .args(["run", MSRV, "cargo", "check", "--workspace", "--quiet"])
         .env("CARGO_TARGET_DIR", "target/msrv")
         .env_remove("CARGO")
         .env_remove("RUSTC")
-        .spawn();
-    match child {
-        Ok(c) => Msrv::Running(c, Instant::now()),
-        Err(e) => {
-            eprintln!("xtask test: the MSRV check could not start: {e}");
-            Msrv::Failed
-        }
-    }
-}
-
-/// The background rust-version check.
-enum Msrv {
-    /// Not begun (or no toolchain: said, and not a failure).
-    Skipped,
-    /// The `cargo check` child and when it began.
-    Running(std::process::Child, Instant),
-    /// Could not be started.
-    Failed,
-}
-
-/// Waits for the background MSRV check; true when it passed or was skipped.
-fn msrv_wait(started: Msrv) -> bool {
-    let (mut child, t) = match started {
-        Msrv::Skipped => return true,
-        Msrv::Failed => return false,
-        Msrv::Running(c, t) => (c, t),
-    };
-    let ok = child.wait().is_ok_and(|s| s.success());
-    eprintln!("  (rust-version check: {:.0} s)", t.elapsed().as_secs_f64());
+        .status()
+        .is_ok_and(|s| s.success());
+    eprintln!("  ({:.0} s)", t.elapsed().as_secs_f64());
     if !ok {
         eprintln!("xtask test: the workspace does not build with Rust {MSRV} (rust-version)");
     }
@@ -328,24 +301,13 @@ fn test() -> ExitCode {
             "coli-grammar",
         ],
     ];
-    // The rust-version check builds into its own target directory; it runs beside the
-    // last step (a build of two crates at light optimisation that leaves a core idle
-    // much of the time).
-    let mut msrv = Msrv::Skipped;
-    for (i, s) in steps.iter().enumerate() {
-        if i + 1 == steps.len() {
-            msrv = msrv_start();
-        }
+    for s in steps {
         if !cargo(s) {
             eprintln!("xtask test: `cargo {}` failed", s.join(" "));
-            if let Msrv::Running(mut c, _) = msrv {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
             return ExitCode::FAILURE;
         }
     }
-    if !msrv_wait(msrv) {
+    if !msrv_check() {
         return ExitCode::FAILURE;
     }
     verify()
