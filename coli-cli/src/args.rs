@@ -170,6 +170,13 @@ pub(crate) struct RunArgs {
     /// them in one batched forward (same output, slower).
     #[arg(long)]
     pub(crate) no_drafts: bool,
+    #[command(flatten)]
+    pub(crate) drafts: DraftOpts,
+}
+
+/// `--draft` and `--mtp-depth` (of `coli run` and `coli serve`).
+#[derive(Args)]
+pub(crate) struct DraftOpts {
     /// Drafted tokens, verified in one batched forward (the output is the same either
     /// way): "auto" (default) drafts what the model and request offer — grammar-forced
     /// tokens, then prompt lookup (n-gram matches in the prompt and the text so far), then
@@ -182,6 +189,31 @@ pub(crate) struct RunArgs {
     /// the second and later ones).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
     pub(crate) mtp_depth: u64,
+}
+
+impl DraftOpts {
+    /// Whether prompt lookup drafts.
+    pub(crate) fn lookup(&self) -> bool {
+        matches!(self.draft, DraftArg::Auto | DraftArg::Lookup)
+    }
+
+    /// When the MTP layer drafts.
+    pub(crate) fn mtp(&self) -> coli_models::MtpDrafting {
+        match self.draft {
+            DraftArg::Auto => coli_models::MtpDrafting::Auto,
+            DraftArg::Mtp => coli_models::MtpDrafting::On,
+            DraftArg::Lookup | DraftArg::Off => coli_models::MtpDrafting::Off,
+        }
+    }
+
+    /// The note for `--draft mtp` on a model without an MTP layer.
+    pub(crate) fn note_without_mtp(&self, engine: &coli_models::Engine) {
+        if self.draft == DraftArg::Mtp && engine.model().mtp.is_none() {
+            eprintln!(
+                "coli: note: this checkpoint has no usable multi-token-prediction layer: --draft mtp drafts nothing"
+            );
+        }
+    }
 }
 
 /// `--draft`.
@@ -277,6 +309,8 @@ pub(crate) struct ServeArgs {
     /// Send CORS headers allowing this browser origin (`*` for any); off by default.
     #[arg(long, value_name = "ORIGIN")]
     pub(crate) cors_origin: Option<String>,
+    #[command(flatten)]
+    pub(crate) drafts: DraftOpts,
 }
 
 #[derive(Args)]

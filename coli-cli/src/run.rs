@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use coli_models::generate::{Completion, ExpertRunStats};
 use coli_models::tokenizer::ChatMessage;
-use coli_models::{Engine, GenerateRequest, MtpDrafting, OutputConstraint, Prompt, SamplingParams};
+use coli_models::{Engine, GenerateRequest, OutputConstraint, Prompt, SamplingParams};
 use serde_json::json;
 
 use crate::args::{DraftArg, EvalArgs, ModelArg, RunArgs};
@@ -59,14 +59,10 @@ fn request(a: &RunArgs) -> Result<(GenerateRequest, Option<&PathBuf>), String> {
         max_tokens: a.max_tokens,
         ignore_eos: a.ignore_eos,
         constraint,
-        drafts: !a.no_drafts && a.draft != DraftArg::Off,
-        lookup: matches!(a.draft, DraftArg::Auto | DraftArg::Lookup),
-        mtp: match a.draft {
-            DraftArg::Auto => MtpDrafting::Auto,
-            DraftArg::Mtp => MtpDrafting::On,
-            DraftArg::Lookup | DraftArg::Off => MtpDrafting::Off,
-        },
-        mtp_depth: a.mtp_depth as usize,
+        drafts: !a.no_drafts && a.drafts.draft != DraftArg::Off,
+        lookup: a.drafts.lookup(),
+        mtp: a.drafts.mtp(),
+        mtp_depth: a.drafts.mtp_depth as usize,
     };
     Ok((req, source))
 }
@@ -74,11 +70,7 @@ fn request(a: &RunArgs) -> Result<(GenerateRequest, Option<&PathBuf>), String> {
 pub(crate) fn run(a: RunArgs) -> Outcome {
     let engine = open(&a.m)?;
     let (req, source) = request(&a)?;
-    if a.draft == DraftArg::Mtp && engine.model().mtp.is_none() {
-        eprintln!(
-            "coli: note: this checkpoint has no usable multi-token-prediction layer: --draft mtp drafts nothing"
-        );
-    }
+    a.drafts.note_without_mtp(&engine);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let done = engine.generate(&req, |_, piece| {

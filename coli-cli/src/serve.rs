@@ -29,7 +29,14 @@ pub(crate) fn serve(a: ServeArgs) -> Outcome {
         body_limit: (a.body_limit_mb * 1e6) as usize,
         cors_origin: a.cors_origin,
         threads: crate::threads(&a.m),
+        drafts: coli_server::ServeDrafts {
+            forced: a.drafts.draft != crate::args::DraftArg::Off,
+            lookup: a.drafts.lookup(),
+            mtp: a.drafts.mtp(),
+            mtp_depth: a.drafts.mtp_depth as usize,
+        },
     };
+    a.drafts.note_without_mtp(&engine);
     let kv_bytes = coli_models::arch::KvCache::bytes_for(engine.model(), ctx) * cfg.slots;
     let auth = if cfg.api_key.is_some() {
         "API key required"

@@ -10,6 +10,7 @@
 //! sequence attends only to its own KV cache, and each request samples with its own
 //! seeded sampler. `tests/tests/batching.rs` checks it byte for byte.
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,10 +20,13 @@ use coli_grammar::{Compiled, GrammarCache};
 
 use crate::arch::Scratch;
 use crate::constrained::GrammarConstraint;
+use crate::drafts::{first_draft, DraftAt, Forced, Lookup};
 use crate::error::{ModelError, Result};
 use crate::generate::{check_output, Engine, GenerateRequest, OutputConstraint};
 use crate::sampling::{log_sum_exp, Sampler};
-use crate::session::{pick, Constraint, FinishReason, GenStats, Session, Unconstrained};
+use crate::session::{
+    draft_sources, pick, Constraint, FinishReason, GenStats, PromptLookup, Session, Unconstrained,
+};
 use crate::tokenizer::{TextTokenizer, TokenStream};
 
 /// Compiled grammars a slot keeps: a client resending one schema every turn (an agent)
@@ -73,6 +77,19 @@ impl Slot<'_> {
     /// The slot's grammar compile cache (hits and misses).
     pub fn grammars(&self) -> &GrammarCache {
         &self.grammars
+    }
+
+    /// Turns on drafting by the model's MTP layer, `depth` tokens at a time, for the
+    /// requests that ask for it; false (nothing changes) when the model has none. Call on
+    /// an empty slot: the layer reads every position the slot feeds from then on.
+    pub fn enable_mtp(&mut self, depth: usize) -> bool {
+        if !self.session.enable_mtp() {
+            return false;
+        }
+        if let Some(d) = &mut self.session.mtp {
+            d.depth = depth.max(1);
+        }
+        true
     }
 
     /// Forgets what the slot holds.
@@ -170,7 +187,7 @@ impl Slot<'_> {
         }
         self.session.truncate(0);
         // The states just read are the state after these `n` positions.
-        self.session.advance(n);
+        self.session.restored(n);
         self.tokens = tokens;
         Ok(())
     }
@@ -211,7 +228,11 @@ pub struct Decoding<'e> {
     tokenizer: Option<&'e TextTokenizer>,
     logprobs: Option<usize>,
     stats: GenStats,
-    last: Option<TokenEvent>,
+    events: VecDeque<TokenEvent>,
+    /// Prompt-lookup drafting, when the request asks for it.
+    lookup: Option<Lookup>,
+    /// Whether the slot's MTP layer drafts for this request.
+    mtp: bool,
 }
 
 impl Decoding<'_> {
@@ -240,9 +261,10 @@ impl Decoding<'_> {
         &self.stats
     }
 
-    /// The token the last call produced (taken: a second call gives `None`).
+    /// The oldest token produced and not taken yet (a step makes one, or more when drafts
+    /// were accepted); `None` when all were taken.
     pub fn take_event(&mut self) -> Option<TokenEvent> {
-        self.last.take()
+        self.events.pop_front()
     }
 
     /// `ids` as text (special tokens skipped), when the model has a tokenizer.
@@ -270,6 +292,52 @@ impl Decoding<'_> {
         }
     }
 
+    /// The first draft of this request's sources (grammar-forced tokens, prompt lookup,
+    /// the MTP layer) for the tokens after `next`, which sits at `pos`; `history` is the
+    /// whole sequence ending with `next`. With the index of the source.
+    fn propose(
+        &mut self,
+        model: &crate::Transformer,
+        mtp: Option<&mut crate::mtp_drafts::MtpDrafts>,
+        pos: usize,
+        next: u32,
+        history: &[u32],
+        max: usize,
+    ) -> Option<(usize, Vec<u32>)> {
+        let at = DraftAt {
+            model,
+            pos,
+            next,
+            history,
+            max,
+        };
+        let mut none = Unconstrained;
+        let c: &mut dyn Constraint = match self.constraint.as_mut() {
+            Some(c) => c,
+            None => &mut none,
+        };
+        let mut forced = Forced(c);
+        let mtp = if self.mtp { mtp } else { None };
+        first_draft(
+            &mut draft_sources(&mut forced, self.lookup.as_mut(), mtp),
+            &at,
+        )
+    }
+
+    /// Tells source `source` how many of its `proposed` tokens were kept.
+    fn verified(&mut self, source: usize, proposed: usize, kept: usize) {
+        let mut none = Unconstrained;
+        let c: &mut dyn Constraint = match self.constraint.as_mut() {
+            Some(c) => c,
+            None => &mut none,
+        };
+        let mut forced = Forced(c);
+        // The MTP layer takes no feedback: the slot's drafter is not needed here.
+        if let Some(d) = &mut draft_sources(&mut forced, self.lookup.as_mut(), None)[source] {
+            d.verified(proposed, kept);
+        }
+    }
+
     /// Samples from `logits` and records the token (ending the request on a stop id, a
     /// complete grammar, `max_tokens` or a full context at `pos`).
     fn pick_and_emit(&mut self, logits: &[f32], pos: usize, capacity: usize) -> Result<()> {
@@ -285,7 +353,7 @@ impl Decoding<'_> {
             Some(s) => s.push(id)?,
             None => String::new(),
         };
-        self.last = Some(TokenEvent { id, text, logprob });
+        self.events.push_back(TokenEvent { id, text, logprob });
         let complete = match self.constraint.as_mut() {
             Some(c) => !c.accept(id),
             None => false,
@@ -330,7 +398,7 @@ fn logprob_of(logits: &[f32], id: u32, n: usize) -> TokenLogprob {
 pub struct Batch {
     scratch: Scratch,
     tokens: Vec<u32>,
-    rows: Vec<usize>,
+    rows: Vec<Rows>,
 }
 
 impl Batch {
@@ -374,8 +442,9 @@ impl Engine {
 
     /// Starts `req` on `slot`: reuses the longest prefix of the prompt the slot holds,
     /// prefills the rest and samples the first token (see [`Decoding::take_event`]).
-    /// `max_tokens` is clamped to the room left in the slot. Drafts are not used here
-    /// (they change speed only).
+    /// `max_tokens` is clamped to the room left in the slot. The request's draft sources
+    /// are used by [`Engine::step`] (the MTP layer only on a slot that has it on:
+    /// [`Slot::enable_mtp`]).
     pub fn begin<'e>(
         &'e self,
         slot: &mut Slot<'e>,
@@ -404,7 +473,7 @@ impl Engine {
                 let (trie, bytes) = self.vocabulary()?;
                 Some(
                     GrammarConstraint::with_trie(c, trie.clone(), bytes.clone(), stop.clone())
-                        .with_drafts(false),
+                        .with_drafts(req.drafts),
                 )
             }
             None => None,
@@ -431,8 +500,15 @@ impl Engine {
                 prompt_tokens: prompt.len(),
                 ..GenStats::default()
             },
-            last: None,
+            events: VecDeque::new(),
+            lookup: req.lookup.then(|| Lookup::new(PromptLookup::default())),
+            mtp: self.wants_mtp(req) && slot.session.mtp.is_some(),
         };
+        if d.mtp {
+            if let Some(m) = &mut slot.session.mtp {
+                m.depth = req.mtp_depth;
+            }
+        }
         let logits = match slot.session.forward(&prompt[reuse..], false) {
             Ok(l) => l,
             Err(e) => {
@@ -452,14 +528,18 @@ impl Engine {
         Ok(d)
     }
 
-    /// Advances every unfinished decoding of `batch` by one token, in one forward over all
-    /// of them (each row at its own position, attending to its own slot's cache). Each
-    /// produced token is then available from [`Decoding::take_event`].
+    /// Advances every unfinished decoding of `batch` in one forward over all of them (each
+    /// row at its own position, attending to its own slot's cache): by one token, or by
+    /// more when the request's draft sources proposed tokens after it that sampling then
+    /// picked (a decoding's drafts are rows of the same forward, verified in order: the
+    /// tokens are those of decoding without drafts). Each produced token is then available
+    /// from [`Decoding::take_event`].
     pub fn step<'e>(
         &'e self,
         buffers: &mut Batch,
         batch: &mut [(&mut Slot<'e>, &mut Decoding<'e>)],
     ) -> Result<()> {
+        let model = self.model();
         buffers.tokens.clear();
         buffers.rows.clear();
         for (i, (slot, d)) in batch.iter_mut().enumerate() {
@@ -469,72 +549,158 @@ impl Engine {
             let Some(&last) = d.generated.last() else {
                 continue;
             };
-            buffers.tokens.push(last);
-            buffers.rows.push(i);
+            let pos = slot.session.len();
             slot.tokens.push(last);
+            let room = (d.max_tokens - d.generated.len()).min(slot.capacity().saturating_sub(pos));
+            let found = d.propose(
+                model,
+                slot.session.mtp.as_mut(),
+                pos,
+                last,
+                &slot.tokens,
+                room.saturating_sub(1),
+            );
+            let (source, draft) = found.unwrap_or_default();
+            buffers.rows.push(Rows {
+                slot: i,
+                first: buffers.tokens.len(),
+                base: pos,
+                source,
+                drafts: draft.len(),
+            });
+            buffers.tokens.push(last);
+            buffers.tokens.extend_from_slice(&draft);
         }
         if buffers.rows.is_empty() {
             return Ok(());
         }
-        let vocab = self.model().info.vocab_size;
+        let vocab = model.info.vocab_size;
         let t0 = Instant::now();
         {
-            let mut sessions: Vec<&mut Session<'e>> = Vec::with_capacity(buffers.rows.len());
+            let mut sessions: Vec<(&mut Session<'e>, usize)> =
+                Vec::with_capacity(buffers.rows.len());
             let mut rows = buffers.rows.iter().peekable();
             for (i, (slot, _)) in batch.iter_mut().enumerate() {
-                if rows.next_if_eq(&&i).is_some() {
-                    sessions.push(&mut slot.session);
+                if let Some(r) = rows.next_if(|r| r.slot == i) {
+                    sessions.push((&mut slot.session, 1 + r.drafts));
                 }
             }
             forward_batch(&mut buffers.scratch, &buffers.tokens, &mut sessions)?;
         }
         let dt = t0.elapsed().as_secs_f64();
-        for (r, &i) in buffers.rows.iter().enumerate() {
-            let (slot, d) = &mut batch[i];
-            let logits = &buffers.scratch.logits[r * vocab..(r + 1) * vocab];
-            let (pos, capacity) = (slot.session.len(), slot.capacity());
-            d.stats.decode_tokens += 1;
+        for r in &buffers.rows {
+            let (slot, d) = &mut batch[r.slot];
+            let fed = &buffers.tokens[r.first..r.first + 1 + r.drafts];
+            let capacity = slot.capacity();
             d.stats.decode_s += dt;
-            d.pick_and_emit(logits, pos, capacity)?;
+            if r.drafts > 0 {
+                d.stats.draft_proposed += r.drafts;
+                d.stats.draft_forwards += 1;
+            }
+            // Row j's pick is kept; it continues into row j + 1 while it is that row's draft.
+            let (mut kept, mut accepted) = (0, 0);
+            loop {
+                let row = r.first + kept;
+                let logits = &buffers.scratch.logits[row * vocab..(row + 1) * vocab];
+                d.stats.decode_tokens += 1;
+                d.pick_and_emit(logits, r.base + 1 + kept, capacity)?;
+                let t = *d.generated.last().expect("a token was just picked");
+                let matched = kept < r.drafts && t == fed[1 + kept];
+                if matched {
+                    accepted += 1;
+                    d.stats.drafted_tokens += 1;
+                }
+                if !matched || d.finish.is_some() {
+                    break;
+                }
+                kept += 1;
+                slot.tokens.push(t);
+            }
+            if r.drafts > 0 {
+                d.verified(r.source, r.drafts, accepted);
+            }
+            slot.session.keep_verified(r.base, fed, kept)?;
         }
         Ok(())
     }
+
+    /// Whether `req` drafts with the MTP layer (on a slot that has it on).
+    fn wants_mtp(&self, req: &GenerateRequest) -> bool {
+        req.mtp_depth > 0
+            && match req.mtp {
+                crate::MtpDrafting::Off => false,
+                crate::MtpDrafting::On => true,
+                crate::MtpDrafting::Auto => self.mtp_by_default(),
+            }
+    }
 }
 
-/// One decode token for each session, in one forward: row `r` is `tokens[r]` at
-/// `sessions[r]`'s next position. Leaves row `r`'s logits in `scratch.logits[r * vocab..]`.
+/// One decoding's rows in a batched step.
+#[derive(Clone, Copy, Debug)]
+struct Rows {
+    /// Its index in the batch.
+    slot: usize,
+    /// Its first row: the token picked last step; its drafts follow.
+    first: usize,
+    /// Its session's length before the step.
+    base: usize,
+    /// The draft source that proposed the drafts.
+    source: usize,
+    /// Draft rows after the first.
+    drafts: usize,
+}
+
+/// One forward over several sessions: `sessions[q]` feeds `n` rows, consecutive in
+/// `tokens`, at its next positions. Leaves row `r`'s logits in `scratch.logits[r * vocab..]`.
+/// Each session keeps its recurrent states from before (for a refused draft) and records
+/// the rows for its MTP layer.
 fn forward_batch(
     scratch: &mut Scratch,
     tokens: &[u32],
-    sessions: &mut [&mut Session<'_>],
+    sessions: &mut [(&mut Session<'_>, usize)],
 ) -> Result<()> {
-    let Some(first) = sessions.first() else {
+    let Some((first, _)) = sessions.first() else {
         return Ok(());
     };
     let model = first.model();
-    for (s, &t) in sessions.iter().zip(tokens) {
-        s.check_tokens(&[t])?;
-        if s.len() >= s.capacity() {
+    let (mut starts, mut seqs) = (
+        Vec::with_capacity(tokens.len()),
+        Vec::with_capacity(tokens.len()),
+    );
+    let mut at = 0;
+    for (q, (s, n)) in sessions.iter().enumerate() {
+        s.check_tokens(&tokens[at..at + n])?;
+        if s.len() + n > s.capacity() {
             return Err(ModelError::ContextFull {
-                needed: s.len() + 1,
+                needed: s.len() + n,
                 capacity: s.capacity(),
             });
         }
+        starts.extend(s.len()..s.len() + n);
+        seqs.extend(std::iter::repeat_n(q, *n));
+        at += n;
     }
-    let starts: Vec<usize> = sessions.iter().map(|s| s.len()).collect();
+    for (s, n) in sessions.iter_mut() {
+        if *n > 1 {
+            s.save_states();
+        }
+    }
     {
         let mut kvs: Vec<&mut crate::arch::KvCache> =
-            sessions.iter_mut().map(|s| s.kv_mut()).collect();
-        if let Err(e) = model.forward_rows(tokens, &starts, &mut kvs, scratch) {
+            sessions.iter_mut().map(|(s, _)| s.kv_mut()).collect();
+        if let Err(e) = model.forward_rows(tokens, &starts, &seqs, &mut kvs, scratch) {
             // Recurrent states may be half advanced: those sequences start over.
-            for s in sessions.iter_mut() {
+            for (s, _) in sessions.iter_mut() {
                 s.forget_if_stateful();
             }
             return Err(e);
         }
     }
-    for s in sessions.iter_mut() {
-        s.advance(1);
+    let h = model.info.hidden_size;
+    let mut at = 0;
+    for (s, n) in sessions.iter_mut() {
+        s.advance(&tokens[at..at + *n], &scratch.x[at * h..(at + *n) * h]);
+        at += *n;
     }
     Ok(())
 }

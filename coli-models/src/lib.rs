@@ -39,6 +39,7 @@ pub mod chat_template;
 pub mod constrained;
 pub mod convert;
 pub mod demo;
+pub mod drafts;
 pub mod error;
 pub mod experts;
 pub mod families;

@@ -90,21 +90,28 @@ impl MtpDrafts {
         self.tokens.extend_from_slice(tokens);
     }
 
-    /// The session keeps only its first `len` positions: the layer's row `len - 1` pairs
-    /// with a token that may now change, so the history must still be unread there.
-    pub(crate) fn rewind(&mut self, len: usize) {
-        if len == 0 {
-            return; // the next forward starts at 0 and resets everything
+    /// The session cuts its history to `len` positions: the layer's row `len - 1` pairs
+    /// with a token that may now change, so it must be read again. Returns the positions
+    /// the session may keep: `len`, or `len - 1` when the layer had read row `len - 1`
+    /// (its hidden state is gone: the session recomputes that position).
+    pub(crate) fn rewind(&mut self, len: usize) -> usize {
+        if len == 0 || self.broken {
+            return len; // at 0 the next forward starts over and resets everything
         }
         if len <= self.fed {
-            self.broken = true;
+            self.fed = len - 1;
+            self.tokens.clear();
+            self.hidden.clear();
+            len - 1
         } else {
             self.tokens.truncate(len - self.fed);
             self.hidden.truncate((len - self.fed) * self.h);
+            len
         }
     }
 
-    /// Some other path fed positions (a batched step): no drafts until a restart.
+    /// A draft failed (an I/O error reading the layer's experts), or positions were fed
+    /// without being recorded (a restored KV file): no drafts until a restart.
     pub(crate) fn lose_track(&mut self) {
         self.broken = true;
     }

@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use crate::arch::{KvCache, LogitsFor, PositionLoop, Scratch, Transformer};
+use crate::drafts::{first_draft, DraftAt, Drafter, Forced, Lookup};
 use crate::error::{ModelError, Result};
 use crate::mtp_drafts::MtpDrafts;
 use crate::sampling::Sampler;
@@ -180,24 +181,22 @@ impl<'m> Session<'m> {
         self.pos = 0;
     }
 
-    fn rewound(&mut self) {
-        if let Some(d) = &mut self.mtp {
-            d.rewind(self.pos);
-        }
-    }
-
     /// Keeps the first `len` positions and forgets the rest (a shared prefix is reused:
     /// the positions after it are recomputed, with the same bits as the first time).
     /// A model with a recurrent state (linear attention) cannot go back to an earlier
-    /// position: it keeps everything when `len` covers it, else starts over. Returns the
-    /// positions kept.
+    /// position: it keeps everything when `len` covers it, else starts over. With MTP
+    /// drafting on, a cut into what the MTP layer has read keeps one position less (its
+    /// hidden state is needed again). Returns the positions kept.
     pub fn truncate(&mut self, len: usize) -> usize {
-        self.pos = if len < self.pos && self.kv.has_states() {
-            0
-        } else {
-            self.pos.min(len)
-        };
-        self.rewound();
+        if len < self.pos {
+            self.pos = if self.kv.has_states() {
+                0
+            } else if let Some(d) = &mut self.mtp {
+                d.rewind(len)
+            } else {
+                len
+            };
+        }
         self.pos
     }
 
@@ -225,13 +224,44 @@ impl<'m> Session<'m> {
         }
     }
 
-    /// Marks `n` more positions as fed (after a batched forward wrote their KV).
-    pub(crate) fn advance(&mut self, n: usize) {
+    /// Marks `tokens` as fed after a batched forward wrote their KV, `x` holding their
+    /// rows' residual states (before the final norm) for the MTP layer.
+    pub(crate) fn advance(&mut self, tokens: &[u32], x: &[f32]) {
+        if let Some(d) = &mut self.mtp {
+            d.record(self.model, self.pos, tokens, x);
+        }
+        self.pos += tokens.len();
+        debug_assert!(self.pos <= self.kv.capacity);
+    }
+
+    /// Marks `n` positions as fed by a restored KV file (the MTP layer, which has not read
+    /// them, drafts nothing until the session starts over).
+    pub(crate) fn restored(&mut self, n: usize) {
         if let Some(d) = &mut self.mtp {
             d.lose_track();
         }
-        self.pos += n;
+        self.pos = n;
         debug_assert!(self.pos <= self.kv.capacity);
+    }
+
+    /// After a batched forward that fed a token and `fed - 1` drafts at `base`, of which
+    /// the first `kept` were accepted: keeps `base + 1 + kept` positions. A recurrent state
+    /// is put back to `saved` ([`Session::save_states`]) and the kept tokens replayed.
+    pub(crate) fn keep_verified(&mut self, base: usize, batch: &[u32], kept: usize) -> Result<()> {
+        self.pos = base + 1 + kept;
+        if self.kv.has_states() && kept + 1 < batch.len() {
+            self.kv.restore_states(&self.saved_states);
+            self.pos = base;
+            self.forward(&batch[..1 + kept], false)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps the recurrent states (linear-attention models) before a draft's verification.
+    pub(crate) fn save_states(&mut self) {
+        if self.kv.has_states() {
+            self.kv.save_states(&mut self.saved_states);
+        }
     }
 
     /// Checks ids against the vocabulary.
@@ -331,9 +361,8 @@ impl<'m> Session<'m> {
             max_tokens,
             stop_ids,
             on_token,
-            prompt,
-            draft_len: self.lookup.map_or(0, |l| l.max_draft.min(4)),
-            context: Vec::new(),
+            lookup: self.lookup.map(Lookup::new),
+            history: prompt.to_vec(),
         };
         let t1 = Instant::now();
         let mut next = first;
@@ -366,38 +395,31 @@ impl<'m> Session<'m> {
         if run.generated.len() == run.max_tokens || self.pos >= capacity {
             return Ok(None);
         }
-        let mut draft = constraint.draft();
         let room = (run.max_tokens - run.generated.len()).min(capacity - self.pos);
-        let mut lookup = draft.is_empty() && self.lookup.is_some();
-        if lookup {
-            draft = run.lookup_draft(self.lookup.unwrap_or_default());
-            lookup = !draft.is_empty();
-        }
-        if draft.is_empty() {
-            if let Some(d) = &mut self.mtp {
-                // A draft only changes speed: a failed one is no draft (and none after).
-                match d.draft(self.model, self.pos, next, room.saturating_sub(1)) {
-                    Ok(v) => draft = v,
-                    Err(_) => d.lose_track(),
-                }
-            }
-        }
-        draft.truncate(room.saturating_sub(1));
-        if draft.is_empty() {
+        let at = DraftAt {
+            model: self.model,
+            pos: self.pos,
+            next,
+            history: &run.history,
+            max: room.saturating_sub(1),
+        };
+        let found = {
+            let mut forced = Forced(&mut *constraint);
+            let mut sources = draft_sources(&mut forced, run.lookup.as_mut(), self.mtp.as_mut());
+            first_draft(&mut sources, &at)
+        };
+        let Some((source, draft)) = found else {
             let logits = self.forward(&[next], false)?;
             run.stats.decode_tokens += 1;
             return picker.pick(logits, constraint).map(Some);
-        }
+        };
         let before = run.stats.drafted_tokens;
         let after = self.verify_draft(next, &draft, run, picker, constraint)?;
-        if lookup {
-            let kept = run.stats.drafted_tokens - before;
-            let max = self.lookup.map_or(1, |l| l.max_draft.max(1));
-            run.draft_len = if kept == draft.len() {
-                (2 * run.draft_len).min(max)
-            } else {
-                (kept + 1).min(max)
-            };
+        let kept = run.stats.drafted_tokens - before;
+        let mut forced = Forced(&mut *constraint);
+        let mut sources = draft_sources(&mut forced, run.lookup.as_mut(), self.mtp.as_mut());
+        if let Some(d) = &mut sources[source] {
+            d.verified(draft.len(), kept);
         }
         Ok(after)
     }
@@ -420,10 +442,7 @@ impl<'m> Session<'m> {
         batch.extend_from_slice(draft);
         // A recurrent state cannot be cut back: keep the state before the batch, to
         // replay the kept tokens from it if a draft is refused.
-        let states = self.kv.has_states();
-        if states {
-            self.kv.save_states(&mut self.saved_states);
-        }
+        self.save_states();
         let rows = self.forward(&batch, true)?.to_vec();
         run.stats.draft_proposed += draft.len();
         run.stats.draft_forwards += 1;
@@ -441,12 +460,7 @@ impl<'m> Session<'m> {
                 break Some(t);
             }
         };
-        self.pos = base + 1 + kept;
-        if states && kept < draft.len() {
-            self.kv.restore_states(&self.saved_states);
-            self.pos = base;
-            self.forward(&batch[..1 + kept], false)?;
-        }
+        self.keep_verified(base, &batch, kept)?;
         Ok(after)
     }
 }
@@ -492,28 +506,18 @@ struct Run<'a, F> {
     max_tokens: usize,
     stop_ids: &'a [u32],
     on_token: F,
-    prompt: &'a [u32],
-    /// Tokens the next prompt-lookup draft may propose.
-    draft_len: usize,
-    /// Prompt and generated tokens, for lookup (filled on first use).
-    context: Vec<u32>,
+    /// Prompt-lookup drafting and its current length.
+    lookup: Option<Lookup>,
+    /// Prompt and generated tokens.
+    history: Vec<u32>,
 }
 
 impl<F: FnMut(u32)> Run<'_, F> {
-    /// A prompt-lookup draft over the prompt and the tokens generated so far.
-    fn lookup_draft(&mut self, l: PromptLookup) -> Vec<u32> {
-        if self.context.is_empty() {
-            self.context.extend_from_slice(self.prompt);
-        }
-        let have = self.context.len() - self.prompt.len();
-        self.context.extend_from_slice(&self.generated[have..]);
-        l.propose(&self.context, self.draft_len.max(1))
-    }
-
     /// Records `t`; false when it ends the generation (a stop id, or the constraint is
     /// complete).
     fn emit(&mut self, t: u32, constraint: &mut dyn Constraint) -> bool {
         self.generated.push(t);
+        self.history.push(t);
         (self.on_token)(t);
         if self.stop_ids.contains(&t) || !constraint.accept(t) {
             self.finish = FinishReason::Stop;
@@ -551,4 +555,18 @@ impl Constraint for Unconstrained {
     fn accept(&mut self, _: u32) -> bool {
         true
     }
+}
+
+/// The draft sources in the order they are asked: the constraint's forced tokens, prompt
+/// lookup, the MTP layer (`None` for those that are off). No allocation.
+pub(crate) fn draft_sources<'a>(
+    forced: &'a mut Forced<'_>,
+    lookup: Option<&'a mut Lookup>,
+    mtp: Option<&'a mut MtpDrafts>,
+) -> [Option<&'a mut dyn Drafter>; 3] {
+    [
+        Some(forced),
+        lookup.map(|l| l as &mut dyn Drafter),
+        mtp.map(|m| m as &mut dyn Drafter),
+    ]
 }

@@ -53,6 +53,56 @@ pub struct ServeConfig {
     pub cors_origin: Option<String>,
     /// Compute threads of the model (default: all cores).
     pub threads: Option<usize>,
+    /// Which draft sources the slots use (speed only: the tokens are the same).
+    pub drafts: ServeDrafts,
+}
+
+/// Draft sources of the server's slots: each step of a request also feeds the tokens its
+/// sources guess, verified in the same batched forward (see [`coli_models::Engine::step`]).
+#[derive(Clone, Debug)]
+pub struct ServeDrafts {
+    /// Tokens a `response_format` grammar forces.
+    pub forced: bool,
+    /// Prompt lookup (n-gram matches in the prompt and the text so far).
+    pub lookup: bool,
+    /// The checkpoint's MTP layer (`Auto`: when the model has one and its experts are not
+    /// streamed).
+    pub mtp: coli_models::MtpDrafting,
+    /// Tokens the MTP layer drafts at a time.
+    pub mtp_depth: usize,
+}
+
+impl Default for ServeDrafts {
+    fn default() -> Self {
+        ServeDrafts {
+            forced: true,
+            lookup: true,
+            mtp: coli_models::MtpDrafting::Auto,
+            mtp_depth: coli_models::mtp_drafts::DEFAULT_MTP_DEPTH,
+        }
+    }
+}
+
+impl ServeDrafts {
+    /// No drafts.
+    pub fn off() -> ServeDrafts {
+        ServeDrafts {
+            forced: false,
+            lookup: false,
+            mtp: coli_models::MtpDrafting::Off,
+            mtp_depth: 0,
+        }
+    }
+
+    /// The MTP depth the slots draft with on `engine`, when they draft with MTP at all.
+    pub fn mtp_depth_on(&self, engine: &Engine) -> Option<usize> {
+        let on = match self.mtp {
+            coli_models::MtpDrafting::Off => false,
+            coli_models::MtpDrafting::On => true,
+            coli_models::MtpDrafting::Auto => engine.mtp_by_default(),
+        };
+        (on && self.mtp_depth > 0 && engine.model().mtp.is_some()).then_some(self.mtp_depth)
+    }
 }
 
 impl Default for ServeConfig {
@@ -69,6 +119,7 @@ impl Default for ServeConfig {
             body_limit: 4 << 20,
             cors_origin: None,
             threads: None,
+            drafts: ServeDrafts::default(),
         }
     }
 }
@@ -120,8 +171,17 @@ impl Server {
             .thread_name(|i| format!("coli-compute-{i}"))
             .build()
             .map_err(|e| e.to_string())?;
-        let (sched, worker) =
-            scheduler::start(engine.clone(), pool, cfg.slots, cfg.ctx, cfg.queue, persist);
+        let (sched, worker) = scheduler::start(
+            engine.clone(),
+            pool,
+            scheduler::Slots {
+                count: cfg.slots,
+                ctx: cfg.ctx,
+                mtp_depth: cfg.drafts.mtp_depth_on(&engine),
+            },
+            cfg.queue,
+            persist,
+        );
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let state = Arc::new(http::AppState::new(engine, sched, cfg));
         let thread = std::thread::Builder::new()

@@ -21,6 +21,9 @@ pub struct Metrics {
     decode_us: AtomicU64,
     steps: AtomicU64,
     batch_rows: AtomicU64,
+    step_tokens: AtomicU64,
+    draft_proposed: AtomicU64,
+    draft_accepted: AtomicU64,
     expert_hits: AtomicU64,
     expert_misses: AtomicU64,
     expert_bytes: AtomicU64,
@@ -61,6 +64,10 @@ impl Metrics {
             .fetch_add(stats.decode_tokens as u64, Ordering::Relaxed);
         self.decode_us
             .fetch_add((stats.decode_s * 1e6) as u64, Ordering::Relaxed);
+        self.draft_proposed
+            .fetch_add(stats.draft_proposed as u64, Ordering::Relaxed);
+        self.draft_accepted
+            .fetch_add(stats.drafted_tokens as u64, Ordering::Relaxed);
     }
 
     /// Prompt tokens served from a slot's KV cache.
@@ -73,6 +80,11 @@ impl Metrics {
     pub fn record_batch(&self, rows: usize) {
         self.steps.fetch_add(1, Ordering::Relaxed);
         self.batch_rows.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    /// Tokens a decode step produced (more than its rows when drafts were accepted).
+    pub fn record_step_tokens(&self, tokens: usize) {
+        self.step_tokens.fetch_add(tokens as u64, Ordering::Relaxed);
     }
 
     /// The expert store's counters before and after a step.
@@ -152,6 +164,18 @@ impl Metrics {
             &one(load(&self.batch_rows) as f64),
         );
         put(
+            "coli_draft_tokens_proposed_total",
+            "counter",
+            "Draft tokens (grammar-forced, prompt lookup, MTP) fed to verification, over finished requests.",
+            &one(load(&self.draft_proposed) as f64),
+        );
+        put(
+            "coli_draft_tokens_accepted_total",
+            "counter",
+            "Draft tokens the model confirmed (accepted / proposed = acceptance rate).",
+            &one(load(&self.draft_accepted) as f64),
+        );
+        put(
             "coli_queue_depth",
             "gauge",
             "Requests waiting for a slot.",
@@ -187,11 +211,11 @@ impl Metrics {
             "Expert bytes read from disk during decode steps.",
             &one(load(&self.expert_bytes) as f64),
         );
-        let per_token = load(&self.expert_bytes) as f64 / load(&self.batch_rows).max(1) as f64;
+        let per_token = load(&self.expert_bytes) as f64 / load(&self.step_tokens).max(1) as f64;
         put(
             "coli_expert_disk_bytes_per_token",
             "gauge",
-            "Expert bytes read per decoded token.",
+            "Expert bytes read during decode steps per token they produced (accepted drafts included).",
             &one(per_token),
         );
         put(

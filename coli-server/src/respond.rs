@@ -102,11 +102,10 @@ async fn start(
         max_tokens,
         ignore_eos: plan.ignore_eos,
         constraint: plan.constraint.clone(),
-        drafts: false,
-        // The batched slots do not draft yet.
-        lookup: false,
-        mtp: coli_models::MtpDrafting::Off,
-        mtp_depth: 0,
+        drafts: st.cfg.drafts.forced,
+        lookup: st.cfg.drafts.lookup,
+        mtp: st.cfg.drafts.mtp,
+        mtp_depth: st.cfg.drafts.mtp_depth,
     };
     let (tx, mut rx) = unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));

@@ -152,15 +152,13 @@ pub struct Persist {
     pub fingerprint: u64,
 }
 
-/// Starts the scheduler thread over `engine` with `slots` slots of `ctx` positions; the
-/// model computes on `pool`.
+/// Starts the scheduler thread over `engine` with `slots`; the model computes on `pool`.
 /// The thread ends when every [`Scheduler`] handle is dropped, after saving the slots when
 /// `persist` is set.
 pub fn start(
     engine: Arc<Engine>,
     pool: rayon::ThreadPool,
-    slots: usize,
-    ctx: usize,
+    slots: Slots,
     queue_cap: usize,
     persist: Option<Persist>,
 ) -> (Scheduler, std::thread::JoinHandle<()>) {
@@ -169,8 +167,8 @@ pub fn start(
         waiting: AtomicUsize::new(0),
         running: AtomicUsize::new(0),
         queue_cap,
-        slots,
-        ctx,
+        slots: slots.count,
+        ctx: slots.ctx,
         kv_tokens: AtomicUsize::new(0),
         grammar_hits: AtomicU64::new(0),
         grammar_misses: AtomicU64::new(0),
@@ -179,7 +177,7 @@ pub fn start(
     let sh = shared.clone();
     let handle = std::thread::Builder::new()
         .name("coli-scheduler".into())
-        .spawn(move || pool.install(|| run(&engine, slots, ctx, rx, &sh, persist)))
+        .spawn(move || pool.install(|| run(&engine, slots, rx, &sh, persist)))
         .expect("spawn the scheduler thread");
     (Scheduler { tx, shared }, handle)
 }
@@ -195,19 +193,29 @@ struct SlotState<'e> {
     running: Option<Running<'e>>,
 }
 
-fn run(
-    engine: &Engine,
-    n_slots: usize,
-    ctx: usize,
-    rx: Receiver<Job>,
-    shared: &Shared,
-    persist: Option<Persist>,
-) {
-    let mut slots: Vec<SlotState<'_>> = (0..n_slots)
-        .map(|_| SlotState {
-            slot: engine.slot(ctx),
-            last_used: 0,
-            running: None,
+/// The slots a scheduler keeps.
+#[derive(Clone, Copy, Debug)]
+pub struct Slots {
+    /// How many.
+    pub count: usize,
+    /// Positions each holds.
+    pub ctx: usize,
+    /// With MTP drafting on: the tokens its layer drafts at a time.
+    pub mtp_depth: Option<usize>,
+}
+
+fn run(engine: &Engine, cfg: Slots, rx: Receiver<Job>, shared: &Shared, persist: Option<Persist>) {
+    let mut slots: Vec<SlotState<'_>> = (0..cfg.count)
+        .map(|_| {
+            let mut slot = engine.slot(cfg.ctx);
+            if let Some(depth) = cfg.mtp_depth {
+                slot.enable_mtp(depth);
+            }
+            SlotState {
+                slot,
+                last_used: 0,
+                running: None,
+            }
         })
         .collect();
     let mut library = persist
@@ -380,12 +388,16 @@ fn choose_slot(slots: &[SlotState<'_>], prompt: &[u32]) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-fn forward_event(job: &Job, dec: &mut Decoding<'_>) {
-    if let Some(e) = dec.take_event() {
+/// Sends the decoding's new tokens to the request; how many there were.
+fn forward_event(job: &Job, dec: &mut Decoding<'_>) -> usize {
+    let mut n = 0;
+    while let Some(e) = dec.take_event() {
+        n += 1;
         if job.events.send(Event::Token(e)).is_err() {
             dec.cancel();
         }
     }
+    n
 }
 
 /// Ends the slot's request if it finished or was cancelled.
@@ -444,10 +456,11 @@ fn step<'e>(engine: &'e Engine, slots: &mut [SlotState<'e>], batch: &mut Batch, 
     if let (Some(b), Some(store)) = (before, engine.model().store.as_ref()) {
         shared.metrics.record_store(&b, &store.stats());
     }
+    let mut produced = 0;
     for st in slots.iter_mut() {
         if let Some(r) = &mut st.running {
             match &result {
-                Ok(()) => forward_event(&r.job, &mut r.dec),
+                Ok(()) => produced += forward_event(&r.job, &mut r.dec),
                 Err(e) => {
                     let _ = r.job.events.send(Event::Error(e.to_string()));
                     r.dec.cancel();
@@ -457,4 +470,5 @@ fn step<'e>(engine: &'e Engine, slots: &mut [SlotState<'e>], batch: &mut Batch, 
         }
         settle(st, shared);
     }
+    shared.metrics.record_step_tokens(produced);
 }

@@ -62,6 +62,56 @@ fn structured_output_validates_and_the_slot_cache_hits_on_a_resent_schema() {
     s.stop().unwrap();
 }
 
+/// Grammar-forced and prompt-lookup drafts in the slots: the answers (text, usage, log
+/// probabilities) are those of a server that drafts nothing, and `/metrics` counts the
+/// drafts the slots proposed and accepted.
+#[test]
+fn slot_drafts_change_speed_only() {
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "tags": {"type": "array", "items": {"enum": ["alpha", "beta"]}, "maxItems": 3}}, "required": ["name", "tags"]});
+    let bodies = [
+        chat_body(
+            "Who?",
+            json!({"max_tokens": 80, "ignore_eos": false, "temperature": 0.0, "logprobs": true, "top_logprobs": 2,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}}),
+        ),
+        chat_body(
+            "say it again: one two three one two three one two three",
+            json!({"max_tokens": 30, "ignore_eos": true, "temperature": 0.9, "seed": 5}),
+        ),
+    ];
+    let answers = |cfg: ServeConfig| {
+        let s = start(cfg);
+        let out: Vec<Value> = bodies
+            .iter()
+            .map(|b| {
+                let (st, mut v) = post(&s, "/v1/chat/completions", b);
+                assert_eq!(st, 200, "{v}");
+                for volatile in ["id", "created", "timings"] {
+                    v.as_object_mut().expect("an object").remove(volatile);
+                }
+                v
+            })
+            .collect();
+        let drafts = (
+            metric(&s, "coli_draft_tokens_proposed_total"),
+            metric(&s, "coli_draft_tokens_accepted_total"),
+        );
+        s.stop().unwrap();
+        (out, drafts)
+    };
+    let (plain, none) = answers(ServeConfig {
+        drafts: coli_server::ServeDrafts::off(),
+        ..ServeConfig::default()
+    });
+    let (drafted, (proposed, accepted)) = answers(ServeConfig::default());
+    assert_eq!(none, (0.0, 0.0), "a server with drafts off drafted");
+    assert_eq!(drafted, plain, "drafts changed an answer");
+    assert!(
+        accepted > 0.0 && accepted <= proposed,
+        "{accepted} of {proposed} drafts accepted"
+    );
+}
+
 #[test]
 fn a_required_tool_call_parses_and_its_arguments_validate() {
     let s = start(ServeConfig::default());

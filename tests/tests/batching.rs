@@ -45,7 +45,7 @@ fn opts() -> SlotOptions {
 }
 
 fn trace(d: &mut Decoding<'_>, out: &mut Vec<Traced>) {
-    if let Some(e) = d.take_event() {
+    while let Some(e) = d.take_event() {
         let lp = e.logprob.expect("logprobs were asked for");
         let mut bits = vec![lp.logprob.to_bits()];
         bits.extend(lp.top.iter().flat_map(|(t, l)| [*t as u64, l.to_bits()]));
@@ -56,7 +56,26 @@ fn trace(d: &mut Decoding<'_>, out: &mut Vec<Traced>) {
 /// Requests started on their own slots, request `i` joining at step `i * stagger`,
 /// advanced together until all finish.
 fn together(engine: &Engine, reqs: &[GenerateRequest], stagger: usize) -> Vec<Vec<Traced>> {
+    together_counting(engine, reqs, stagger, None)
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect()
+}
+
+/// [`together`] on slots with MTP drafting on at `mtp_depth`, with each request's draft
+/// counters.
+fn together_counting(
+    engine: &Engine,
+    reqs: &[GenerateRequest],
+    stagger: usize,
+    mtp_depth: Option<usize>,
+) -> Vec<(Vec<Traced>, [usize; 3])> {
     let mut slots: Vec<Slot<'_>> = reqs.iter().map(|_| engine.slot(64)).collect();
+    if let Some(depth) = mtp_depth {
+        for s in &mut slots {
+            assert!(s.enable_mtp(depth), "the model has an MTP layer");
+        }
+    }
     let mut decs: Vec<Option<Decoding<'_>>> = reqs.iter().map(|_| None).collect();
     let mut out = vec![Vec::new(); reqs.len()];
     let mut batch = Batch::new();
@@ -87,7 +106,10 @@ fn together(engine: &Engine, reqs: &[GenerateRequest], stagger: usize) -> Vec<Ve
         }
         step += 1;
     }
-    out
+    out.into_iter()
+        .zip(decs)
+        .map(|(t, d)| (t, draft_counts(d.expect("every request started").stats())))
+        .collect()
 }
 
 fn check(engine: &Engine, what: &str) {
@@ -274,5 +296,187 @@ fn run_out<'e>(
             .step(&mut batch, &mut [(&mut *slot, &mut *d)])
             .unwrap();
         trace(d, out);
+    }
+}
+
+/// Draft counters of one request: proposed, accepted, verifying forwards.
+fn draft_counts(s: &coli_models::session::GenStats) -> [usize; 3] {
+    [s.draft_proposed, s.drafted_tokens, s.draft_forwards]
+}
+
+/// `requests` with prompts that repeat themselves (prompt lookup drafts from the first
+/// step), drafting with `lookup` and the MTP layer as `mtp` (depth `depth`), or not at all.
+fn drafting_requests(vocab: u32, lookup: bool, mtp: bool, depth: usize) -> Vec<GenerateRequest> {
+    requests(vocab)
+        .into_iter()
+        .map(|r| {
+            let Prompt::Ids(p) = &r.prompt else {
+                unreachable!()
+            };
+            let ids = [&p[..], &p[..], &p[..]].concat();
+            GenerateRequest {
+                prompt: Prompt::Ids(ids),
+                max_tokens: r.max_tokens + 6,
+                drafts: lookup || mtp,
+                lookup,
+                mtp: if mtp {
+                    coli_models::MtpDrafting::On
+                } else {
+                    coli_models::MtpDrafting::Off
+                },
+                mtp_depth: depth,
+                ..r
+            }
+        })
+        .collect()
+}
+
+/// Runs `reqs` one at a time on fresh slots (MTP on at `mtp_depth`): the traces and the
+/// draft counters of each.
+fn alone_with_counts(
+    engine: &Engine,
+    reqs: &[GenerateRequest],
+    mtp_depth: Option<usize>,
+) -> Vec<(Vec<Traced>, [usize; 3])> {
+    reqs.iter()
+        .map(|r| {
+            let mut slot = engine.slot(64);
+            if let Some(depth) = mtp_depth {
+                assert!(slot.enable_mtp(depth), "the model has an MTP layer");
+            }
+            let mut out = Vec::new();
+            let mut d = engine.begin(&mut slot, r, &opts()).unwrap();
+            trace(&mut d, &mut out);
+            run_out(engine, &mut slot, &mut d, &mut out);
+            (out, draft_counts(d.stats()))
+        })
+        .collect()
+}
+
+/// A slot drafts with the request's sources inside the batched step: the tokens and
+/// log-probabilities are those of undrafted slots, alone and batched with others, and
+/// each request proposes and accepts exactly the drafts the one-request path
+/// (`Engine::generate`) does.
+#[test]
+fn drafting_slots_give_the_tokens_of_undrafted_slots() {
+    let (mut proposed, mut accepted, mut multi) = (0, 0, 0);
+    for name in TINY_FIXTURES {
+        let engine = Engine::open(&fixtures_dir().join(name), &Placement::default()).unwrap();
+        let vocab = engine.model().info.vocab_size as u32;
+        let plain = drafting_requests(vocab, false, false, 0);
+        let drafted = drafting_requests(vocab, true, false, 0);
+        let reference = alone_with_counts(&engine, &plain, None);
+        let alone = alone_with_counts(&engine, &drafted, None);
+        for (i, ((a, counts), (p, none))) in alone.iter().zip(&reference).enumerate() {
+            assert_eq!(a, p, "{name}: request {i} with lookup drafts vs without");
+            assert_eq!(
+                *none,
+                [0, 0, 0],
+                "{name}: request {i} drafted with drafts off"
+            );
+            let g = engine.generate(&drafted[i], |_, _| {}).unwrap();
+            assert_eq!(
+                *counts,
+                draft_counts(&g.stats),
+                "{name}: request {i}: slot drafts vs Engine::generate's"
+            );
+            proposed += counts[0];
+            accepted += counts[1];
+            // Steps that produced more than one token.
+            multi += counts[1].min(counts[2]);
+        }
+        for stagger in [0, 2] {
+            let batched = together_counting(&engine, &drafted, stagger, None);
+            for (i, (b, a)) in batched.iter().zip(&alone).enumerate() {
+                assert_eq!(
+                    b, a,
+                    "{name}: request {i} drafted, batched (stagger {stagger}) vs alone"
+                );
+            }
+        }
+    }
+    eprintln!("lookup drafts on slots: {accepted} of {proposed} accepted; {multi} steps made several tokens");
+    assert!(
+        accepted > 0 && multi > 0 && accepted < proposed,
+        "drafts must be accepted and refused somewhere: {accepted} of {proposed} accepted"
+    );
+}
+
+/// The MTP layer drafts on slots too (depth 1 and 3): unchanged tokens, the drafts of the
+/// one-request path, and a next turn on the same slot (its prefix reused) still drafts.
+#[test]
+fn slots_draft_with_the_mtp_layer() {
+    for name in ["deepseek_v3_mtp", "glm4_moe_mtp"] {
+        let engine = Engine::open(&fixtures_dir().join(name), &Placement::default()).unwrap();
+        let vocab = engine.model().info.vocab_size as u32;
+        let reference =
+            alone_with_counts(&engine, &drafting_requests(vocab, false, false, 0), None);
+        for depth in [1, 3] {
+            let reqs = drafting_requests(vocab, false, true, depth);
+            let alone = alone_with_counts(&engine, &reqs, Some(depth));
+            for (i, ((a, counts), (p, _))) in alone.iter().zip(&reference).enumerate() {
+                assert_eq!(
+                    a, p,
+                    "{name} depth {depth}: request {i} with MTP drafts vs without"
+                );
+                assert!(
+                    counts[0] > 0,
+                    "{name} depth {depth}: request {i} drafted nothing"
+                );
+                let g = engine.generate(&reqs[i], |_, _| {}).unwrap();
+                assert_eq!(
+                    *counts,
+                    draft_counts(&g.stats),
+                    "{name} depth {depth}: request {i}: slot MTP drafts vs Engine::generate's"
+                );
+            }
+            for stagger in [0, 2] {
+                let batched = together_counting(&engine, &reqs, stagger, Some(depth));
+                for (i, (b, a)) in batched.iter().zip(&alone).enumerate() {
+                    assert_eq!(
+                        b, a,
+                        "{name} depth {depth}: request {i} batched (stagger {stagger}) vs alone"
+                    );
+                }
+            }
+            // The next turn edits the answer after its second token: the slot's history is
+            // cut below what the MTP layer has read, so one more position is recomputed
+            // (the layer needs its hidden state again), and drafting goes on.
+            let mut slot = engine.slot(64);
+            slot.enable_mtp(depth);
+            let first = together_on(&engine, &mut slot, &reqs[0]);
+            let Prompt::Ids(mut ids) = reqs[0].prompt.clone() else {
+                unreachable!()
+            };
+            let shared = ids.len() + 2;
+            ids.extend(first[..2].iter().map(|t| t.0));
+            ids.extend([5, 6]);
+            let next = GenerateRequest {
+                prompt: Prompt::Ids(ids),
+                ..reqs[0].clone()
+            };
+            let mut d = engine.begin(&mut slot, &next, &opts()).unwrap();
+            assert_eq!(
+                d.cached_tokens(),
+                shared - 1,
+                "{name}: one position re-read"
+            );
+            let mut got = Vec::new();
+            trace(&mut d, &mut got);
+            run_out(&engine, &mut slot, &mut d, &mut got);
+            assert!(
+                d.stats().draft_proposed > 0,
+                "{name}: the next turn drafted nothing"
+            );
+            let plain = GenerateRequest {
+                mtp: coli_models::MtpDrafting::Off,
+                ..next.clone()
+            };
+            let fresh = together(&engine, std::slice::from_ref(&plain), 0).remove(0);
+            assert_eq!(
+                got, fresh,
+                "{name}: next turn with MTP drafts vs a fresh slot"
+            );
+        }
     }
 }

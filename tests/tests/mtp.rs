@@ -142,9 +142,11 @@ fn expected_drafts(
 /// A second turn on the same session (its prompt fed after the first turn's history, whose
 /// last token was emitted but never fed): the layer pairs the history's last state with
 /// the new prompt's first token and drafts as over one sequence. A history cut below what
-/// the layer has read stops MTP drafting, and the output stays plain decoding's.
+/// the layer has read keeps one position less (the layer needs that position's state
+/// again); fed from there, the next turn drafts what the layer guesses over the new
+/// sequence, and the output stays plain decoding's.
 #[test]
-fn later_turns_draft_from_the_whole_history_and_a_cut_stops_drafting() {
+fn later_turns_draft_from_the_whole_history_and_after_a_cut() {
     let greedy = || Sampler::new(SamplingParams::default());
     for name in MTP_FIXTURES {
         let r = Reference::load(name);
@@ -167,24 +169,27 @@ fn later_turns_draft_from_the_whole_history_and_a_cut_stops_drafting() {
         want.extend(expected_drafts(&model, &guesses, &seq, turn2, turn2 + 12).0);
         let log = s.mtp.as_ref().unwrap().log.clone().unwrap();
         assert_eq!(log, want, "{name}");
-        // Cut back into what the layer has read, then a third turn: no MTP drafts, and
-        // the tokens a session without MTP gives after the same cut.
+        // Cut back to 10 positions, into what the layer has read: 9 are kept. Position 9
+        // is fed again with the third turn's prompt.
         let mut plain = Session::new(&model, 80);
         plain.generate(p1, 12, &mut greedy(), &[], |_| {}).unwrap();
         plain.generate(p2, 12, &mut greedy(), &[], |_| {}).unwrap();
-        assert_eq!(s.truncate(10), plain.truncate(10));
-        let g3 = s
-            .generate(&ids[20..24], 10, &mut greedy(), &[], |_| {})
-            .unwrap();
+        assert_eq!(plain.truncate(10), 10);
+        assert_eq!(s.truncate(10), 9, "{name}");
+        let p3 = [&seq[9..10], &ids[20..24]].concat();
+        let g3 = s.generate(&p3, 10, &mut greedy(), &[], |_| {}).unwrap();
         let want3 = plain
             .generate(&ids[20..24], 10, &mut greedy(), &[], |_| {})
             .unwrap();
         assert_eq!(g3.generated_ids, want3.generated_ids, "{name}");
-        assert_eq!(g3.stats.draft_proposed, 0, "{name}");
-        assert_eq!(
-            s.mtp.as_ref().unwrap().log.as_ref().unwrap().len(),
-            want.len()
-        );
+        assert!(g3.stats.draft_proposed > 0, "{name}: no drafts after the cut");
+        let mut seq3 = seq[..10].to_vec();
+        seq3.extend_from_slice(&ids[20..24]);
+        seq3.extend_from_slice(&g3.generated_ids);
+        let guesses3 = teacher_forced(&model, &seq3).unwrap().unwrap();
+        want.extend(expected_drafts(&model, &guesses3, &seq3, 14, 24).0);
+        let log = s.mtp.as_ref().unwrap().log.clone().unwrap();
+        assert_eq!(log, want, "{name}: drafts after the cut");
     }
 }
 

@@ -176,17 +176,20 @@ impl GatedDeltaNet {
         self.output(st, s);
     }
 
-    /// A batch of sequences, one token each: row `r` continues `kvs[r]` at `starts[r]`.
+    /// Rows of several sequences: row `r` continues `kvs[seqs[r]]` at `starts[r]` (a
+    /// sequence's rows in order, each advancing its state).
     pub(crate) fn forward_rows(
         &self,
         st: &Step,
         kvs: &mut [&mut KvCache],
+        seqs: &[usize],
         starts: &[usize],
         s: &mut Scratch,
     ) {
         self.project(st.n, st.model.info.hidden_size, s);
-        for (r, (kv, &start)) in kvs.iter_mut().zip(starts).enumerate() {
+        for (r, (&q, &start)) in seqs.iter().zip(starts).enumerate() {
             let row = Step { n: 1, start, ..*st };
+            let kv = &mut *kvs[q];
             self.recur(&row, kv, s, r);
         }
         self.output(st, s);

@@ -143,19 +143,21 @@ impl Attention {
         self.output(st, s);
     }
 
-    /// Attention of a batch of sequences, one token each: row `r` is at position
-    /// `starts[r]` of `kvs[r]`. Projections run over all rows at once; each row's RoPE, KV
-    /// write and attention are the single-token ones, on its own cache.
+    /// Attention of rows of several sequences: row `r` is at position `starts[r]` of
+    /// `kvs[seqs[r]]`. Projections run over all rows at once; each row's RoPE, KV write and
+    /// attention are the single-token ones, in row order, on its sequence's cache.
     pub(crate) fn forward_rows(
         &self,
         st: &Step,
         kvs: &mut [&mut KvCache],
+        seqs: &[usize],
         starts: &[usize],
         s: &mut Scratch,
     ) {
         self.project(st, s);
-        for (r, (kv, &start)) in kvs.iter_mut().zip(starts).enumerate() {
+        for (r, (&q, &start)) in seqs.iter().zip(starts).enumerate() {
             let row = Step { n: 1, start, ..*st };
+            let kv = &mut *kvs[q];
             self.rotate_and_store(&row, kv, s, r);
             self.attend(&row, kv, s, r);
         }

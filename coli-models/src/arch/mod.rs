@@ -175,8 +175,11 @@ impl Transformer {
         Ok(())
     }
 
-    /// One token for each of several sequences, in one forward: row `r` is `tokens[r]` at
-    /// position `starts[r]` of `kvs[r]`. Every row gets the bits it would get alone (the
+    /// Rows of several sequences, in one forward: row `r` is `tokens[r]` at position
+    /// `starts[r]` of `kvs[seqs[r]]`. A sequence may have several rows (a token and its
+    /// drafts): they run in row order, each seeing the KV its earlier rows wrote, so they
+    /// must be consecutive positions in increasing order. Every row gets the bits it would
+    /// get alone (the
     /// dense and expert matmuls keep one reduction order whatever the rows; attention and
     /// the KV write are per sequence). Leaves row `r`'s logits in `s.logits[r * vocab..]`.
     /// GQA projects all rows at once and attends per row; MLA runs each row's whole
@@ -187,16 +190,17 @@ impl Transformer {
         &self,
         tokens: &[u32],
         starts: &[usize],
+        seqs: &[usize],
         kvs: &mut [&mut KvCache],
         s: &mut Scratch,
     ) -> crate::error::Result<()> {
         let n = tokens.len();
         assert!(
-            n == starts.len() && n == kvs.len(),
-            "one start and cache per row"
+            n == starts.len() && n == seqs.len(),
+            "one start and sequence per row"
         );
-        for (kv, &p) in kvs.iter().zip(starts) {
-            assert!(p < kv.capacity, "forward past the KV capacity");
+        for (&q, &p) in seqs.iter().zip(starts) {
+            assert!(p < kvs[q].capacity, "forward past the KV capacity");
         }
         let ctx = starts.iter().map(|p| p + 1).max().unwrap_or(1);
         self.reserve(s, n, ctx, n);
@@ -215,11 +219,12 @@ impl Transformer {
             PositionLoop::Serial,
             s,
             |mixer, step, s| match mixer {
-                Mixer::Gqa(a) => a.forward_rows(step, kvs, starts, s),
-                Mixer::DeltaNet(d) => d.forward_rows(step, kvs, starts, s),
+                Mixer::Gqa(a) => a.forward_rows(step, kvs, seqs, starts, s),
+                Mixer::DeltaNet(d) => d.forward_rows(step, kvs, seqs, starts, s),
                 Mixer::Mla(m) => {
-                    let per_row = kvs.iter_mut().zip(starts).zip(&mut rows).enumerate();
-                    for (r, ((kv, &start), rs)) in per_row {
+                    let per_row = seqs.iter().zip(starts).zip(&mut rows).enumerate();
+                    for (r, ((&q, &start), rs)) in per_row {
+                        let kv = &mut *kvs[q];
                         rs.xn[..h].copy_from_slice(&s.xn[r * h..(r + 1) * h]);
                         let one = Step {
                             n: 1,
