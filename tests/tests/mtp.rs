@@ -182,7 +182,10 @@ fn later_turns_draft_from_the_whole_history_and_after_a_cut() {
             .generate(&ids[20..24], 10, &mut greedy(), &[], |_| {})
             .unwrap();
         assert_eq!(g3.generated_ids, want3.generated_ids, "{name}");
-        assert!(g3.stats.draft_proposed > 0, "{name}: no drafts after the cut");
+        assert!(
+            g3.stats.draft_proposed > 0,
+            "{name}: no drafts after the cut"
+        );
         let mut seq3 = seq[..10].to_vec();
         seq3.extend_from_slice(&ids[20..24]);
         seq3.extend_from_slice(&g3.generated_ids);

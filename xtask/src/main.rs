@@ -27,7 +27,7 @@ fn main() -> ExitCode {
         "synth" => synth(&std::env::args().skip(2).collect::<Vec<_>>()),
         "census" => census(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask verify | test | synth OUT [olmoe|small] [bf16|int8] | synth OUT gpt-oss-20b [LAYERS] | synth OUT qwen3-next [LAYERS] [EXPERTS]");
+            eprintln!("usage: cargo xtask verify | test | synth OUT [olmoe|small] [bf16|int8] | synth OUT gpt-oss-20b [LAYERS] | synth OUT qwen3-next [LAYERS] [EXPERTS] | synth OUT deepseek-v3 [LAYERS] [EXPERTS]");
             ExitCode::from(2)
         }
     }
@@ -143,17 +143,58 @@ fn synth_gpt_oss(out: &str, layers: Option<&String>) -> ExitCode {
 /// `synth OUT qwen3-next [LAYERS] [EXPERTS]`: Qwen3-Next-80B's layer geometry with fewer
 /// layers (default 8) and experts per layer (default 64; top-10 as released).
 fn synth_qwen3_next(out: &str, layers: Option<&String>, experts: Option<&String>) -> ExitCode {
+    synth_counted(
+        "qwen3-next",
+        out,
+        (layers, experts),
+        (8, 64),
+        10,
+        |path, l, e, progress| coli_tests::synthetic::write_qwen3_next(path, l, e, progress),
+    )
+}
+
+/// `synth OUT deepseek-v3 [LAYERS] [EXPERTS]`: DeepSeek-V3's geometry (int8 experts, the
+/// MTP layer) with fewer layers (default 3, the first dense) and experts (default 32).
+fn synth_deepseek_v3(out: &str, layers: Option<&String>, experts: Option<&String>) -> ExitCode {
+    use coli_tests::synthetic::{write_deepseek_v3, DeepseekSpec};
+    synth_counted(
+        "deepseek-v3",
+        out,
+        (layers, experts),
+        (3, 32),
+        1,
+        |path, l, e, progress| write_deepseek_v3(path, &DeepseekSpec::v3(l, e), progress),
+    )
+}
+
+/// A `synth OUT NAME [LAYERS] [EXPERTS]` command: parses the counts (positive, `defaults`
+/// when absent, at least `min_experts` experts), refuses an existing `out`, and runs
+/// `write` with progress on stderr.
+fn synth_counted(
+    name: &str,
+    out: &str,
+    (layers, experts): (Option<&String>, Option<&String>),
+    defaults: (usize, usize),
+    min_experts: usize,
+    write: impl FnOnce(
+        &std::path::Path,
+        usize,
+        usize,
+        &mut dyn FnMut(usize, usize),
+    ) -> std::io::Result<()>,
+) -> ExitCode {
     let count = |v: Option<&String>, default: usize| match v.map(|x| x.parse::<usize>()) {
         None => Some(default),
         Some(Ok(n)) if n > 0 => Some(n),
         Some(_) => None,
     };
-    let (Some(layers), Some(experts)) = (count(layers, 8), count(experts, 64)) else {
-        eprintln!("qwen3-next takes positive LAYERS and EXPERTS counts");
+    let (Some(layers), Some(experts)) = (count(layers, defaults.0), count(experts, defaults.1))
+    else {
+        eprintln!("{name} takes positive LAYERS and EXPERTS counts");
         return ExitCode::from(2);
     };
-    if experts < 10 {
-        eprintln!("qwen3-next routes to 10 experts: EXPERTS must be at least 10");
+    if experts < min_experts {
+        eprintln!("{name} routes to {min_experts} experts: EXPERTS must be at least {min_experts}");
         return ExitCode::from(2);
     }
     let path = std::path::Path::new(out);
@@ -162,12 +203,12 @@ fn synth_qwen3_next(out: &str, layers: Option<&String>, experts: Option<&String>
         return ExitCode::from(2);
     }
     let t = Instant::now();
-    match coli_tests::synthetic::write_qwen3_next(path, layers, experts, |d, n| {
+    match write(path, layers, experts, &mut |d, n| {
         eprint!("\rsynth: layer {d}/{n}")
     }) {
         Ok(()) => {
             eprintln!(
-                "\nsynth: qwen3-next, {layers} layers x {experts} experts -> {out} in {:.1}s",
+                "\nsynth: {name}, {layers} layers x {experts} experts -> {out} in {:.1}s",
                 t.elapsed().as_secs_f64()
             );
             ExitCode::SUCCESS
@@ -185,7 +226,7 @@ fn synth(args: &[String]) -> ExitCode {
     let Some(out) = args.first() else {
         eprintln!(
             "usage: cargo xtask synth OUT [olmoe|small] [bf16|int8] | OUT gpt-oss-20b [LAYERS] \
-             | OUT qwen3-next [LAYERS] [EXPERTS]"
+             | OUT qwen3-next [LAYERS] [EXPERTS] | OUT deepseek-v3 [LAYERS] [EXPERTS]"
         );
         return ExitCode::from(2);
     };
@@ -194,6 +235,9 @@ fn synth(args: &[String]) -> ExitCode {
     }
     if args.get(1).map(String::as_str) == Some("qwen3-next") {
         return synth_qwen3_next(out, args.get(2), args.get(3));
+    }
+    if args.get(1).map(String::as_str) == Some("deepseek-v3") {
+        return synth_deepseek_v3(out, args.get(2), args.get(3));
     }
     let mut spec = match args.get(1).map(String::as_str) {
         None | Some("olmoe") => OlmoeSpec::olmoe_geometry(),
