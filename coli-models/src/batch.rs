@@ -324,16 +324,23 @@ impl Decoding<'_> {
         )
     }
 
-    /// Tells source `source` how many of its `proposed` tokens were kept.
-    fn verified(&mut self, source: usize, proposed: usize, kept: usize) {
+    /// Tells source `source` (of [`Decoding::propose`]'s list) how many of its `proposed`
+    /// tokens were kept.
+    fn verified(
+        &mut self,
+        mtp: Option<&mut crate::mtp_drafts::MtpDrafts>,
+        source: usize,
+        proposed: usize,
+        kept: usize,
+    ) {
         let mut none = Unconstrained;
         let c: &mut dyn Constraint = match self.constraint.as_mut() {
             Some(c) => c,
             None => &mut none,
         };
         let mut forced = Forced(c);
-        // The MTP layer takes no feedback: the slot's drafter is not needed here.
-        if let Some(d) = &mut draft_sources(&mut forced, self.lookup.as_mut(), None)[source] {
+        let mtp = if self.mtp { mtp } else { None };
+        if let Some(d) = &mut draft_sources(&mut forced, self.lookup.as_mut(), mtp)[source] {
             d.verified(proposed, kept);
         }
     }
@@ -617,7 +624,7 @@ impl Engine {
                 slot.tokens.push(t);
             }
             if r.drafts > 0 {
-                d.verified(r.source, r.drafts, accepted);
+                d.verified(slot.session.mtp.as_mut(), r.source, r.drafts, accepted);
             }
             slot.session.keep_verified(r.base, fed, kept)?;
         }

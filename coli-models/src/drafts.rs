@@ -118,6 +118,9 @@ impl Drafter for MtpDrafts {
         DraftKind::Mtp
     }
     fn propose(&mut self, at: &DraftAt<'_>) -> Vec<u32> {
+        if self.resting() {
+            return Vec::new();
+        }
         // A draft only changes speed: a failed one is no draft (and none after).
         match self.draft(at.model, at.pos, at.next, at.max) {
             Ok(v) => v,
@@ -126,6 +129,9 @@ impl Drafter for MtpDrafts {
                 Vec::new()
             }
         }
+    }
+    fn verified(&mut self, _proposed: usize, kept: usize) {
+        self.kept(kept);
     }
 }
 

@@ -112,14 +112,23 @@ fn mtp_drafts_never_change_the_output() {
     }
 }
 
+/// The MTP back-off as documented on `MtpDrafts::refused`: drafts refused whole in a row,
+/// and the steps still to sit out.
+#[derive(Default)]
+struct Backoff {
+    refused: u32,
+    rest: usize,
+}
+
 /// The depth-1 drafts of a generation whose tokens sit at `seq[first..end]`, by the rule
-/// below, from the teacher-forced `guesses` over `seq`; and how many are kept.
+/// below, from the teacher-forced `guesses` over `seq`; and how many are kept. `backoff`
+/// carries the layer's back-off between the turns of one session.
 fn expected_drafts(
     model: &Transformer,
     guesses: &[f32],
     seq: &[u32],
-    first: usize,
-    end: usize,
+    (first, end): (usize, usize),
+    backoff: &mut Backoff,
 ) -> (Vec<(usize, u32)>, usize) {
     let v = model.info.vocab_size;
     let (mut want, mut accepted) = (Vec::new(), 0);
@@ -127,12 +136,23 @@ fn expected_drafts(
     // A step at p emits seq[p]; it drafts only while a drafted token could be kept and
     // still leave room for the token its row samples (two more after seq[p]).
     while p + 2 < end {
+        if backoff.rest > 0 {
+            backoff.rest -= 1;
+            p += 1;
+            continue;
+        }
         let d = argmax(&guesses[(p - 1) * v..p * v]);
         want.push((p + 1, d));
         if seq[p + 1] == d {
             accepted += 1;
+            backoff.refused = 0;
             p += 2;
         } else {
+            // From the second refusal in a row: sit out 1, 3, 7, 15, then 31 steps.
+            backoff.refused += 1;
+            if backoff.refused >= 2 {
+                backoff.rest = [1, 3, 7, 15, 31][(backoff.refused as usize - 2).min(4)];
+            }
             p += 1;
         }
     }
@@ -165,8 +185,9 @@ fn later_turns_draft_from_the_whole_history_and_after_a_cut() {
         seq.extend_from_slice(p2);
         seq.extend_from_slice(&g2.generated_ids);
         let guesses = teacher_forced(&model, &seq).unwrap().unwrap();
-        let (mut want, _) = expected_drafts(&model, &guesses, &seq, 8, 20);
-        want.extend(expected_drafts(&model, &guesses, &seq, turn2, turn2 + 12).0);
+        let mut backoff = Backoff::default();
+        let (mut want, _) = expected_drafts(&model, &guesses, &seq, (8, 20), &mut backoff);
+        want.extend(expected_drafts(&model, &guesses, &seq, (turn2, turn2 + 12), &mut backoff).0);
         let log = s.mtp.as_ref().unwrap().log.clone().unwrap();
         assert_eq!(log, want, "{name}");
         // Cut back to 10 positions, into what the layer has read: 9 are kept. Position 9
@@ -177,9 +198,10 @@ fn later_turns_draft_from_the_whole_history_and_after_a_cut() {
         assert_eq!(plain.truncate(10), 10);
         assert_eq!(s.truncate(10), 9, "{name}");
         let p3 = [&seq[9..10], &ids[20..24]].concat();
-        let g3 = s.generate(&p3, 10, &mut greedy(), &[], |_| {}).unwrap();
+        // Long enough to outlast the longest back-off.
+        let g3 = s.generate(&p3, 40, &mut greedy(), &[], |_| {}).unwrap();
         let want3 = plain
-            .generate(&ids[20..24], 10, &mut greedy(), &[], |_| {})
+            .generate(&ids[20..24], 40, &mut greedy(), &[], |_| {})
             .unwrap();
         assert_eq!(g3.generated_ids, want3.generated_ids, "{name}");
         assert!(
@@ -190,7 +212,7 @@ fn later_turns_draft_from_the_whole_history_and_after_a_cut() {
         seq3.extend_from_slice(&ids[20..24]);
         seq3.extend_from_slice(&g3.generated_ids);
         let guesses3 = teacher_forced(&model, &seq3).unwrap().unwrap();
-        want.extend(expected_drafts(&model, &guesses3, &seq3, 14, 24).0);
+        want.extend(expected_drafts(&model, &guesses3, &seq3, (14, 54), &mut backoff).0);
         let log = s.mtp.as_ref().unwrap().log.clone().unwrap();
         assert_eq!(log, want, "{name}: drafts after the cut");
     }
@@ -208,7 +230,13 @@ fn session_drafts_are_the_layers_teacher_forced_guesses() {
         let (out, st, log) = generate_logged(&model, prompt, 28, 0.0, 1);
         let seq: Vec<u32> = prompt.iter().chain(&out).copied().collect();
         let guesses = teacher_forced(&model, &seq).unwrap().unwrap();
-        let (want, accepted) = expected_drafts(&model, &guesses, &seq, prompt.len(), seq.len());
+        let (want, accepted) = expected_drafts(
+            &model,
+            &guesses,
+            &seq,
+            (prompt.len(), seq.len()),
+            &mut Backoff::default(),
+        );
         assert_eq!(log, want, "{name}");
         assert_eq!(
             (st.draft_proposed, st.drafted_tokens),
