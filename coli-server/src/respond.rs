@@ -240,12 +240,19 @@ fn finish_reason(f: &Finished, stops: &StopScanner) -> &'static str {
     }
 }
 
+/// OpenAI's usage object; the draft tokens the model confirmed and refused are reported
+/// under the names OpenAI uses for predicted outputs.
 fn usage(started: Started, f: &Finished) -> Value {
+    let st = &f.stats;
     json!({
         "prompt_tokens": started.prompt_tokens,
         "completion_tokens": f.generated.len(),
         "total_tokens": started.prompt_tokens + f.generated.len(),
         "prompt_tokens_details": {"cached_tokens": started.cached_tokens},
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": st.drafted_tokens,
+            "rejected_prediction_tokens": st.draft_proposed - st.drafted_tokens,
+        },
     })
 }
 
