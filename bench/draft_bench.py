@@ -4,8 +4,8 @@ token with and without drafts, interleaved rounds, medians.
 Each round runs every variant in turn on the same prompt; every variant must produce the
 same greedy ids (drafts change speed only; a mismatch aborts).
 
-    python3 bench/draft_bench.py --model DIR --prompt-ids 1,2,3 [--tokens 32] [--rounds 5]
-        [--threads 2] [--cgroup BYTES] [--variant NAME:ARGS ...]
+    python3 bench/draft_bench.py --model DIR (--prompt-ids 1,2,3 | --chat-prompt TEXT)
+        [--tokens 32] [--rounds 5] [--threads 2] [--cgroup BYTES] [--variant NAME:ARGS ...]
 
 ARGS are extra `coli run` flags, space-separated (`off:--draft off`,
 `mtp:--draft mtp --cap 4`). With --cgroup each run is started by
@@ -32,8 +32,10 @@ def prewarm(model):
 
 
 def run(args, extra):
-    cmd = [args.coli, "run", "--model", args.model, "--prompt-ids", args.prompt_ids,
-           "--max-tokens", str(args.tokens), "--ignore-eos", "--json", "--no-usage",
+    prompt = (["--chat", "--prompt", args.chat_prompt] if args.chat_prompt
+              else ["--prompt-ids", args.prompt_ids, "--ignore-eos"])
+    cmd = [args.coli, "run", "--model", args.model] + prompt + [
+           "--max-tokens", str(args.tokens), "--json", "--no-usage",
            "--threads", str(args.threads)] + extra
     if args.cgroup:
         cmd = ["bash", CGROUP, str(args.cgroup)] + cmd
@@ -63,7 +65,8 @@ def run(args, extra):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
-    ap.add_argument("--prompt-ids", required=True)
+    ap.add_argument("--prompt-ids")
+    ap.add_argument("--chat-prompt", help="a user message, in the model's chat template")
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
@@ -71,6 +74,8 @@ def main():
     ap.add_argument("--coli", default=os.path.join(HERE, "..", "target", "release", "coli"))
     ap.add_argument("--variant", action="append", default=[])
     args = ap.parse_args()
+    if not args.prompt_ids and not args.chat_prompt:
+        sys.exit("--prompt-ids or --chat-prompt is required")
     variants = [(v.split(":", 1)[0], v.split(":", 1)[1].split()) for v in args.variant]
     if not variants:
         variants = [("off", ["--draft", "off"]), ("auto", ["--draft", "auto"])]

@@ -64,6 +64,46 @@ pub fn first_draft(
     None
 }
 
+/// Most steps a source sits out after drafts refused in a row (see [`Backoff`]).
+pub const MAX_REST: usize = 31;
+
+/// A draft source's back-off: after the `k`-th draft in a row refused whole (`k` ≥ 2;
+/// none of its tokens kept) the source sits out the next `min(2^(k-1) - 1, MAX_REST)`
+/// steps at which it would be asked (1, 3, 7, 15, then 31); a kept token resets `k`. A
+/// source that guesses well rarely rests; one that guesses badly costs a draft every 32
+/// steps instead of every step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Backoff {
+    /// Drafts refused whole in a row.
+    pub refused: u32,
+    /// Steps still to sit out.
+    pub rest: usize,
+}
+
+impl Backoff {
+    /// Whether this step is one the source sits out (counting it).
+    pub fn resting(&mut self) -> bool {
+        if self.rest == 0 {
+            return false;
+        }
+        self.rest -= 1;
+        true
+    }
+
+    /// The main model kept `kept` tokens of the source's last draft.
+    pub fn kept(&mut self, kept: usize) {
+        if kept > 0 {
+            self.refused = 0;
+            return;
+        }
+        self.refused = self.refused.saturating_add(1);
+        if self.refused >= 2 {
+            let k = (self.refused - 1).min(6);
+            self.rest = ((1usize << k) - 1).min(MAX_REST);
+        }
+    }
+}
+
 /// A constraint's forced tokens ([`Constraint::draft`]) as a draft source.
 pub struct Forced<'c>(pub &'c mut dyn Constraint);
 
@@ -77,13 +117,16 @@ impl Drafter for Forced<'_> {
 }
 
 /// Prompt lookup with an adaptive length: doubled after a fully accepted draft (up to
-/// [`PromptLookup::max_draft`]), cut to what was accepted plus one after a rejection.
+/// [`PromptLookup::max_draft`]), cut to what was accepted plus one after a rejection; and
+/// the [`Backoff`] after drafts refused whole in a row.
 #[derive(Clone, Debug)]
 pub struct Lookup {
     /// The n-gram settings.
     pub lookup: PromptLookup,
     /// Tokens the next draft may propose.
     pub len: usize,
+    /// Rests after refused drafts.
+    pub backoff: Backoff,
 }
 
 impl Lookup {
@@ -92,6 +135,7 @@ impl Lookup {
         Lookup {
             lookup,
             len: lookup.max_draft.min(4),
+            backoff: Backoff::default(),
         }
     }
 }
@@ -101,9 +145,13 @@ impl Drafter for Lookup {
         DraftKind::Lookup
     }
     fn propose(&mut self, at: &DraftAt<'_>) -> Vec<u32> {
+        if self.backoff.resting() {
+            return Vec::new();
+        }
         self.lookup.propose(at.history, self.len.max(1))
     }
     fn verified(&mut self, proposed: usize, kept: usize) {
+        self.backoff.kept(kept);
         let max = self.lookup.max_draft.max(1);
         self.len = if kept == proposed {
             (2 * self.len).min(max)
@@ -118,7 +166,7 @@ impl Drafter for MtpDrafts {
         DraftKind::Mtp
     }
     fn propose(&mut self, at: &DraftAt<'_>) -> Vec<u32> {
-        if self.resting() {
+        if self.backoff.resting() {
             return Vec::new();
         }
         // A draft only changes speed: a failed one is no draft (and none after).
@@ -131,13 +179,32 @@ impl Drafter for MtpDrafts {
         }
     }
     fn verified(&mut self, _proposed: usize, kept: usize) {
-        self.kept(kept);
+        self.backoff.kept(kept);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backoff_rests_1_3_7_15_then_31_steps_after_refusals_in_a_row() {
+        let mut b = Backoff::default();
+        // Counts the steps sat out after each refusal in a row.
+        let mut rests = Vec::new();
+        for _ in 0..7 {
+            b.kept(0);
+            let mut n = 0;
+            while b.resting() {
+                n += 1;
+            }
+            rests.push(n);
+        }
+        assert_eq!(rests, [0, 1, 3, 7, 15, 31, 31]);
+        b.kept(2);
+        b.kept(0);
+        assert!(!b.resting(), "a kept token starts the count over");
+    }
 
     #[test]
     fn lookup_length_doubles_on_full_acceptance_and_shrinks_on_rejection() {

@@ -15,9 +15,6 @@ use crate::sampling::argmax;
 /// Most history rows given to the MTP layer in one forward.
 const CATCH_UP_ROWS: usize = 256;
 
-/// Most steps the layer sits out after a run of refused drafts (see [`MtpDrafts::refused`]).
-pub const MAX_MTP_REST: usize = 31;
-
 /// Tokens the MTP layer drafts after one token (the layer run on its own output for the
 /// second and later ones).
 pub const DEFAULT_MTP_DEPTH: usize = 1;
@@ -41,10 +38,8 @@ pub struct MtpDrafts {
     pub depth: usize,
     /// When `Some`, every draft is appended as (its position, the token): diagnostics.
     pub log: Option<Vec<(usize, u32)>>,
-    /// Drafts refused whole in a row (none of their tokens kept).
-    refused: u32,
-    /// Steps still to sit out before the next draft.
-    rest: usize,
+    /// Rests after drafts refused in a row.
+    pub(crate) backoff: crate::drafts::Backoff,
 }
 
 impl MtpDrafts {
@@ -62,8 +57,7 @@ impl MtpDrafts {
             h: model.info.hidden_size,
             depth: DEFAULT_MTP_DEPTH,
             log: None,
-            refused: 0,
-            rest: 0,
+            backoff: crate::drafts::Backoff::default(),
         })
     }
 
@@ -116,37 +110,6 @@ impl MtpDrafts {
             self.tokens.truncate(len - self.fed);
             self.hidden.truncate((len - self.fed) * self.h);
             len
-        }
-    }
-
-    /// Drafts refused whole in a row; the layer then backs off: after the `k`-th in a row
-    /// (`k` ≥ 2) it sits out the next `min(2^(k-1) - 1, MAX_MTP_REST)` steps at which it
-    /// would draft (an accepted token resets `k`). A layer that guesses well (real
-    /// checkpoints keep most of its drafts) rarely rests; one that guesses badly costs a
-    /// draft every 32 steps instead of every step.
-    pub fn refused(&self) -> u32 {
-        self.refused
-    }
-
-    /// Whether this step is one the layer sits out (counting it).
-    pub(crate) fn resting(&mut self) -> bool {
-        if self.rest == 0 {
-            return false;
-        }
-        self.rest -= 1;
-        true
-    }
-
-    /// The main model kept `kept` tokens of the last draft.
-    pub(crate) fn kept(&mut self, kept: usize) {
-        if kept > 0 {
-            self.refused = 0;
-            return;
-        }
-        self.refused = self.refused.saturating_add(1);
-        if self.refused >= 2 {
-            let k = (self.refused - 1).min(6);
-            self.rest = ((1usize << k) - 1).min(MAX_MTP_REST);
         }
     }
 
