@@ -20,7 +20,7 @@ use coli_grammar::{Compiled, GrammarCache};
 
 use crate::arch::Scratch;
 use crate::constrained::GrammarConstraint;
-use crate::drafts::{first_draft, DraftAt, Forced, Lookup};
+use crate::drafts::{first_draft, DraftAt, Drafter, Forced, Lookup};
 use crate::error::{ModelError, Result};
 use crate::generate::{check_output, Engine, GenerateRequest, OutputConstraint};
 use crate::sampling::{log_sum_exp, Sampler};
@@ -292,25 +292,13 @@ impl Decoding<'_> {
         }
     }
 
-    /// The first draft of this request's sources (grammar-forced tokens, prompt lookup,
-    /// the MTP layer) for the tokens after `next`, which sits at `pos`; `history` is the
-    /// whole sequence ending with `next`. With the index of the source.
-    fn propose(
+    /// Runs `f` on this request's draft sources (grammar-forced tokens, prompt lookup, the
+    /// slot's MTP layer when the request drafts with it), in the order they are asked.
+    fn with_sources<R>(
         &mut self,
-        model: &crate::Transformer,
         mtp: Option<&mut crate::mtp_drafts::MtpDrafts>,
-        pos: usize,
-        next: u32,
-        history: &[u32],
-        max: usize,
-    ) -> Option<(usize, Vec<u32>)> {
-        let at = DraftAt {
-            model,
-            pos,
-            next,
-            history,
-            max,
-        };
+        f: impl FnOnce(&mut [Option<&mut dyn Drafter>]) -> R,
+    ) -> R {
         let mut none = Unconstrained;
         let c: &mut dyn Constraint = match self.constraint.as_mut() {
             Some(c) => c,
@@ -318,31 +306,7 @@ impl Decoding<'_> {
         };
         let mut forced = Forced(c);
         let mtp = if self.mtp { mtp } else { None };
-        first_draft(
-            &mut draft_sources(&mut forced, self.lookup.as_mut(), mtp),
-            &at,
-        )
-    }
-
-    /// Tells source `source` (of [`Decoding::propose`]'s list) how many of its `proposed`
-    /// tokens were kept.
-    fn verified(
-        &mut self,
-        mtp: Option<&mut crate::mtp_drafts::MtpDrafts>,
-        source: usize,
-        proposed: usize,
-        kept: usize,
-    ) {
-        let mut none = Unconstrained;
-        let c: &mut dyn Constraint = match self.constraint.as_mut() {
-            Some(c) => c,
-            None => &mut none,
-        };
-        let mut forced = Forced(c);
-        let mtp = if self.mtp { mtp } else { None };
-        if let Some(d) = &mut draft_sources(&mut forced, self.lookup.as_mut(), mtp)[source] {
-            d.verified(proposed, kept);
-        }
+        f(&mut draft_sources(&mut forced, self.lookup.as_mut(), mtp))
     }
 
     /// Samples from `logits` and records the token (ending the request on a stop id, a
@@ -559,14 +523,14 @@ impl Engine {
             let pos = slot.session.len();
             slot.tokens.push(last);
             let room = (d.max_tokens - d.generated.len()).min(slot.capacity().saturating_sub(pos));
-            let found = d.propose(
+            let at = DraftAt {
                 model,
-                slot.session.mtp.as_mut(),
                 pos,
-                last,
-                &slot.tokens,
-                room.saturating_sub(1),
-            );
+                next: last,
+                history: &slot.tokens,
+                max: room.saturating_sub(1),
+            };
+            let found = d.with_sources(slot.session.mtp.as_mut(), |s| first_draft(s, &at));
             let (source, draft) = found.unwrap_or_default();
             buffers.rows.push(Rows {
                 slot: i,
@@ -624,7 +588,11 @@ impl Engine {
                 slot.tokens.push(t);
             }
             if r.drafts > 0 {
-                d.verified(slot.session.mtp.as_mut(), r.source, r.drafts, accepted);
+                d.with_sources(slot.session.mtp.as_mut(), |s| {
+                    if let Some(src) = &mut s[r.source] {
+                        src.verified(r.drafts, accepted);
+                    }
+                });
             }
             slot.session.keep_verified(r.base, fed, kept)?;
         }
