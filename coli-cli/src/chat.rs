@@ -46,7 +46,7 @@ impl AnswerStats {
 }
 
 pub(crate) fn chat(a: ChatArgs) -> Outcome {
-    let engine = crate::run::open(&a.m)?;
+    let engine = crate::run::open(&a.m, coli_models::MtpDrafting::Auto)?;
     let tok = engine.tokenizer().map_err(|e| e.to_string())?;
     if !tok.has_chat_template() {
         return Err(format!(

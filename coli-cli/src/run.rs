@@ -6,18 +6,18 @@ use std::path::{Path, PathBuf};
 
 use coli_models::generate::{Completion, ExpertRunStats};
 use coli_models::tokenizer::ChatMessage;
-use coli_models::{Engine, GenerateRequest, OutputConstraint, Prompt, SamplingParams};
+use coli_models::{Engine, GenerateRequest, MtpDrafting, OutputConstraint, Prompt, SamplingParams};
 use serde_json::json;
 
 use crate::args::{DraftArg, EvalArgs, ModelArg, RunArgs};
 use crate::Outcome;
 
-/// Resolves the placement and opens the engine.
-pub(crate) fn open(m: &ModelArg) -> Result<Engine, String> {
+/// Resolves the placement and opens the engine, its MTP layer ready for `mtp`.
+pub(crate) fn open(m: &ModelArg, mtp: MtpDrafting) -> Result<Engine, String> {
     let dir = crate::dir_or_demo(m.model.clone())?;
     let placement =
         coli_plan::tier::resolve(&m.placement_flags(), &dir).map_err(|e| e.to_string())?;
-    let engine = Engine::open(&dir, &placement).map_err(|e| e.to_string())?;
+    let engine = Engine::open_drafting(&dir, &placement, mtp).map_err(|e| e.to_string())?;
     for n in &engine.model().info.notes {
         eprintln!("coli: note: {n}");
     }
@@ -68,7 +68,7 @@ fn request(a: &RunArgs) -> Result<(GenerateRequest, Option<&PathBuf>), String> {
 }
 
 pub(crate) fn run(a: RunArgs) -> Outcome {
-    let engine = open(&a.m)?;
+    let engine = open(&a.m, a.drafts.mtp())?;
     let (req, source) = request(&a)?;
     a.drafts.note_without_mtp(&engine);
     let stdout = std::io::stdout();
@@ -196,7 +196,7 @@ fn print_summary(engine: &Engine, g: &Completion) {
 }
 
 pub(crate) fn eval(a: EvalArgs) -> Outcome {
-    let engine = open(&a.m)?;
+    let engine = open(&a.m, MtpDrafting::Off)?;
     let vocab = engine.model().info.vocab_size;
     let ev = engine.evaluate(&a.ids).map_err(|e| e.to_string())?;
     if let Some(path) = &a.logits_out {

@@ -8,7 +8,7 @@ use crate::args::ServeArgs;
 use crate::Outcome;
 
 pub(crate) fn serve(a: ServeArgs) -> Outcome {
-    let engine = Arc::new(crate::run::open(&a.m)?);
+    let engine = Arc::new(crate::run::open(&a.m, a.drafts.mtp())?);
     let max_ctx = engine.model().info.max_position_embeddings.max(2);
     let ctx = a.ctx.unwrap_or(max_ctx.min(4096));
     if ctx > max_ctx {

@@ -218,6 +218,31 @@ pub struct Evaluation {
     pub nll: f64,
 }
 
+/// Whether drafting by an MTP layer of `mtp` bytes (dense, routed experts) is worth it
+/// under `placement`: the model has no routed experts, or all of them stay in RAM
+/// ([`crate::experts::CacheSize::Off`], or a cache holding every expert of a layer) with
+/// the layer's bytes taken from `available` first. A streamed model would read the
+/// layer's experts from disk beside the cache's budget on every draft.
+pub fn mtp_fits(
+    placement: &Placement,
+    census: &crate::arch::placement::ExpertCensus,
+    mtp: (u64, u64),
+    available: Option<u64>,
+) -> bool {
+    if census.moe_layers == 0 {
+        return true;
+    }
+    let left = available.map(|a| a.saturating_sub(mtp.0 + mtp.1));
+    placement
+        .cap_per_layer(
+            census.moe_layers,
+            census.experts_per_layer,
+            census.expert_bytes,
+            left,
+        )
+        .is_none_or(|cap| cap >= census.experts_per_layer)
+}
+
 /// The vocabulary's trie and each token's bytes, shared by every constrained request.
 type Vocabulary = (Arc<TokenTrie>, Arc<Vec<Vec<u8>>>);
 
@@ -237,10 +262,44 @@ const GRAMMAR_CACHE_ENTRIES: usize = 16;
 
 impl Engine {
     /// Loads the model in `dir` (any registered family), places its experts and loads the
-    /// tokenizer when `tokenizer.json` is there.
+    /// tokenizer when `tokenizer.json` is there. A checkpoint's MTP layer stays mapped, read
+    /// from the file only when a request drafts by it; [`Engine::open_drafting`] decides
+    /// up front instead.
     pub fn open(dir: &Path, placement: &Placement) -> Result<Engine> {
+        Engine::open_inner(dir, placement, None)
+    }
+
+    /// As [`Engine::open`], with the MTP layer made ready for `mtp`: `Off` drops it, `On`
+    /// copies its dense matrices to RAM, and `Auto` does the one or the other by
+    /// [`mtp_fits`]: whether every routed expert, the layer's included, still fits the RAM
+    /// the placement may use.
+    pub fn open_drafting(dir: &Path, placement: &Placement, mtp: MtpDrafting) -> Result<Engine> {
+        Engine::open_inner(dir, placement, Some(mtp))
+    }
+
+    fn open_inner(dir: &Path, placement: &Placement, mtp: Option<MtpDrafting>) -> Result<Engine> {
         let t0 = Instant::now();
         let mut model = crate::load(dir)?;
+        if let Some(mode) = mtp {
+            let census = model.expert_census();
+            if let Some(layer) = model.mtp.as_deref_mut() {
+                let keep = match mode {
+                    MtpDrafting::Off => false,
+                    MtpDrafting::On => true,
+                    MtpDrafting::Auto => mtp_fits(
+                        placement,
+                        &census,
+                        layer.bytes(),
+                        crate::experts::available_memory(),
+                    ),
+                };
+                if keep {
+                    layer.make_resident()?;
+                } else {
+                    model.mtp = None;
+                }
+            }
+        }
         model.place_experts(dir, placement)?;
         let tokenizer = if dir.join("tokenizer.json").is_file() {
             Some(TextTokenizer::load(dir)?)
@@ -530,5 +589,54 @@ impl Engine {
         crate::experts::usage::merge(&self.dir, &run)
             .map(|_| true)
             .map_err(|e| ModelError::Usage(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::placement::ExpertCensus;
+    use crate::experts::CacheSize;
+
+    /// Two MoE layers of four 100-byte experts: all of them need a cache budget of 800
+    /// bytes, which `Auto` gives out of `available` after a reserve of a quarter.
+    const CENSUS: ExpertCensus = ExpertCensus {
+        moe_layers: 2,
+        experts_per_layer: 4,
+        expert_bytes: 100,
+        total_bytes: 800,
+    };
+
+    #[test]
+    fn the_mtp_layer_drafts_only_beside_every_expert() {
+        let auto = Placement::default();
+        // 1168 - 100 = 1068, a quarter off: 801 bytes, every expert. 1164: 798, not.
+        assert!(mtp_fits(&auto, &CENSUS, (60, 40), Some(1168)));
+        assert!(!mtp_fits(&auto, &CENSUS, (60, 40), Some(1164)));
+        // Without the layer's bytes 1164 holds every expert: the layer tipped it.
+        assert!(mtp_fits(&auto, &CENSUS, (0, 0), Some(1164)));
+        assert!(mtp_fits(&auto, &CENSUS, (60, 40), None));
+        let with = |cache| Placement {
+            cache,
+            ..Placement::default()
+        };
+        assert!(mtp_fits(&with(CacheSize::Off), &CENSUS, (60, 40), Some(0)));
+        assert!(mtp_fits(
+            &with(CacheSize::Slots(4)),
+            &CENSUS,
+            (60, 40),
+            Some(0)
+        ));
+        assert!(!mtp_fits(
+            &with(CacheSize::Slots(3)),
+            &CENSUS,
+            (60, 40),
+            None
+        ));
+        let dense = ExpertCensus {
+            moe_layers: 0,
+            ..CENSUS
+        };
+        assert!(mtp_fits(&auto, &dense, (60, 40), Some(0)));
     }
 }

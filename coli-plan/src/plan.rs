@@ -84,8 +84,11 @@ pub struct Plan {
     pub model_type: String,
     /// RAM budget used.
     pub ram_bytes: u64,
-    /// Dense + shared experts + indexer, as stored.
+    /// Dense + shared experts + indexer (+ the MTP layer when it drafts), as stored.
     pub resident_weight_bytes: u64,
+    /// The MTP layer's bytes when `--draft auto` drafts by it (every expert stays in RAM
+    /// with the layer budgeted), else 0.
+    pub mtp_bytes: u64,
     /// KV cache at `ctx` for `kv_slots` sequences.
     pub kv_bytes: u64,
     /// Scratch of a decode step at `ctx`.
@@ -342,6 +345,29 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan> {
         .or_else(coli_models::experts::available_memory)
         .ok_or(PlanError::UnknownMemory)?;
     let mut notes = Vec::new();
+    // The MTP layer drafts under `--draft auto` when every routed expert still stays in RAM
+    // with the layer's own bytes (dense and experts) taken first, as
+    // `coli_models::generate::mtp_fits` decides at load; then it is budgeted here.
+    let per_slot = (moe_layers as u64 * expert_bytes).max(1);
+    let mtp_drafting = a.mtp_bytes > 0 && {
+        let with = resident + a.mtp_bytes;
+        with <= ram && (moe_layers == 0 || ((ram - with) / per_slot) as usize >= experts_per_layer)
+    };
+    let mtp_bytes = if mtp_drafting { a.mtp_bytes } else { 0 };
+    if a.mtp_bytes > 0 {
+        notes.push(if mtp_drafting {
+            format!(
+                "the MTP layer ({:.2} GB) is budgeted: --draft auto drafts by it",
+                a.mtp_bytes as f64 / 1e9
+            )
+        } else {
+            format!(
+                "the MTP layer ({:.2} GB) is not budgeted: with experts streamed, --draft auto leaves it unloaded",
+                a.mtp_bytes as f64 / 1e9
+            )
+        });
+    }
+    let resident = resident + mtp_bytes;
     let fits =
         resident <= ram && (moe_layers == 0 || ram - resident >= moe_layers as u64 * expert_bytes);
     if !fits {
@@ -353,7 +379,6 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan> {
         ));
     }
     let cache_bytes = ram.saturating_sub(resident);
-    let per_slot = (moe_layers as u64 * expert_bytes).max(1);
     let cap = ((cache_bytes / per_slot) as usize).min(experts_per_layer);
     // Hit rate: every expert cached; else the routing history's top-`cap` share per layer;
     // else uniform routing.
@@ -455,7 +480,8 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan> {
         family: family.display_name.to_string(),
         model_type: a.model_type.clone(),
         ram_bytes: ram,
-        resident_weight_bytes: a.resident_bytes(),
+        resident_weight_bytes: a.resident_bytes() + mtp_bytes,
+        mtp_bytes,
         kv_bytes: kv,
         working_bytes: working,
         runtime_reserve_bytes: reserve,

@@ -86,6 +86,39 @@ fn budgets_become_cache_slots_and_small_ones_are_refused() {
     );
 }
 
+/// The MTP layer is budgeted exactly when `--draft auto` would load it: every routed
+/// expert still fits beside it.
+#[test]
+fn the_mtp_layer_is_budgeted_only_when_it_drafts() {
+    let t = copy("deepseek_v3_mtp");
+    let req = |ram: u64| PlanRequest {
+        ram: Some(ram),
+        ctx: 64,
+        kv_slots: 1,
+    };
+    let (a, _) = coli_plan::analyze::analyze(t.path()).unwrap();
+    assert!(a.mtp_bytes > 0);
+    let big = plan(t.path(), &req(1 << 30), false).unwrap();
+    assert_eq!(big.mtp_bytes, a.mtp_bytes);
+    assert_eq!(big.resident_weight_bytes, a.resident_bytes() + a.mtp_bytes);
+    assert!(
+        big.notes.iter().any(|n| n.contains("is budgeted")),
+        "{:?}",
+        big.notes
+    );
+    let all_experts = big.moe_layers as u64 * big.experts_per_layer as u64 * big.expert_bytes;
+    let without = big.resident_bytes - a.mtp_bytes;
+    for (ram, drafts) in [
+        (without + all_experts + a.mtp_bytes, true),
+        (without + all_experts + a.mtp_bytes - 1, false),
+    ] {
+        let p = plan(t.path(), &req(ram), false).unwrap();
+        assert_eq!(p.mtp_bytes > 0, drafts, "ram {ram}: {:?}", p.notes);
+        assert_eq!(p.cap_per_layer, p.experts_per_layer, "ram {ram}");
+        assert_eq!(p.resident_bytes, without + p.mtp_bytes, "ram {ram}");
+    }
+}
+
 #[test]
 fn an_unknown_family_is_refused() {
     let t = copy("llama_gqa");

@@ -45,17 +45,49 @@ fn mtp_logits_match_transformers() {
 /// carry) loads without it and says so.
 #[test]
 fn an_incomplete_mtp_layer_is_left_out_with_a_note() {
-    let r = Reference::load("deepseek_v3_group_yarn");
-    let model = coli_models::load(&r.dir).unwrap();
-    assert!(model.mtp.is_none());
-    let layer = format!("model.layers.{}", model.info.n_layers);
-    assert!(
-        model.info.notes.iter().any(|n| n.contains(&layer)
-            && n.contains("incomplete")
-            && n.contains("drafting by MTP is off")),
-        "{:?}",
-        model.info.notes
-    );
+    for name in ["deepseek_v3_group_yarn", "glm5_dsa_shared_group_yarn"] {
+        let r = Reference::load(name);
+        let model = coli_models::load(&r.dir).unwrap();
+        assert!(model.mtp.is_none(), "{name}");
+        let layer = format!("model.layers.{}", model.info.n_layers);
+        assert!(
+            model.info.notes.iter().any(|n| n.contains(&layer)
+                && n.contains("incomplete")
+                && n.contains("drafting by MTP is off")),
+            "{name}: {:?}",
+            model.info.notes
+        );
+    }
+}
+
+/// `Engine::open_drafting` keeps the layer only where it drafts: dropped for `Off`, and for
+/// `Auto` when the experts are streamed; copied to RAM for `On`, with the same logits as
+/// the mapped layer `Engine::open` keeps.
+#[test]
+fn the_engine_keeps_the_mtp_layer_only_where_it_drafts() {
+    use coli_models::experts::{CacheSize, Placement};
+    use coli_models::{Engine, MtpDrafting};
+    let streamed = Placement {
+        cache: CacheSize::Slots(1),
+        ..Placement::default()
+    };
+    for name in MTP_FIXTURES {
+        let r = Reference::load(name);
+        let open = |p: &Placement, m| Engine::open_drafting(&r.dir, p, m).unwrap();
+        let has = |e: &Engine| e.model().mtp.is_some();
+        let d = Placement::default();
+        assert!(has(&open(&d, MtpDrafting::Auto)), "{name}");
+        assert!(!has(&open(&d, MtpDrafting::Off)), "{name}");
+        assert!(!has(&open(&streamed, MtpDrafting::Auto)), "{name}");
+        let on = open(&streamed, MtpDrafting::On);
+        let mapped = Engine::open(&r.dir, &streamed).unwrap();
+        assert!(has(&mapped) && !mapped.mtp_by_default(), "{name}");
+        let bits = |e: &Engine| {
+            let l = teacher_forced(e.model(), &r.ids()).unwrap().unwrap();
+            l.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        assert_eq!(bits(&on), bits(&mapped), "{name}");
+    }
 }
 
 /// The generated tokens, the stats and the MTP drafts made (position, token).

@@ -15,7 +15,9 @@
 //! The embedding and the head are the main model's (the checkpoint's `shared_head.head`
 //! and `embed_tokens` copies are not read). The block is held as a one-layer
 //! [`Transformer`], so it runs through the same layer loop and cache as the main model.
-//! Its routed experts are read in place, never through the expert store.
+//! Its routed experts are read in place, never through the expert store; its dense
+//! matrices stay mapped until [`Mtp::make_resident`] (what `Engine::open_drafting` does when
+//! the layer will draft).
 
 use coli_core::ModelDir;
 
@@ -65,20 +67,52 @@ impl Mtp {
         })
     }
 
-    /// Copies the layer's own matrices (not its routed experts, which are read in place)
-    /// into resident memory, and shares `embed` and `head`: the main model's, made
-    /// resident already (the clones taken at load still point into the file mapping).
-    pub(crate) fn make_resident(&mut self, embed: &Linear, head: &Linear) -> Result<()> {
+    /// Shares `embed` and `head`, the main model's, made resident already (the clones
+    /// taken at load still point into the file mapping). The layer's own matrices stay
+    /// mapped until [`Mtp::make_resident`].
+    pub(crate) fn share_main(&mut self, embed: &Linear, head: &Linear) {
         self.block.embed_tokens = embed.clone();
         self.block.lm_head = head.clone();
+    }
+
+    /// The layer's own matrices (not the shared embedding and head), routed experts apart.
+    fn own_linears_mut(&mut self, experts: bool) -> Vec<&mut Linear> {
         let mut linears: Vec<&mut Linear> = self
             .block
             .linears_mut()
             .into_iter()
-            .filter(|(r, _)| matches!(r, LinearRole::Router | LinearRole::Dense))
+            .filter(|(r, _)| match r {
+                LinearRole::Router | LinearRole::Dense => true,
+                LinearRole::Expert { .. } => experts,
+                LinearRole::Embedding | LinearRole::Head => false,
+            })
             .map(|(_, l)| l)
             .collect();
         linears.push(&mut self.eh_proj);
+        linears
+    }
+
+    /// Bytes of the layer's own matrices in the checkpoint: (dense, routed experts). Read
+    /// on every draft; the dense part is copied to RAM by [`Mtp::make_resident`].
+    pub fn bytes(&mut self) -> (u64, u64) {
+        let size = |l: &Linear| l.view().bytes().len() as u64;
+        let dense: u64 = self
+            .own_linears_mut(false)
+            .into_iter()
+            .map(|l| size(l))
+            .sum();
+        let all: u64 = self
+            .own_linears_mut(true)
+            .into_iter()
+            .map(|l| size(l))
+            .sum();
+        (dense, all - dense)
+    }
+
+    /// Copies the layer's own matrices (not its routed experts, which are read in place)
+    /// into resident memory.
+    pub fn make_resident(&mut self) -> Result<()> {
+        let mut linears = self.own_linears_mut(false);
         let views: Vec<coli_core::TensorView> = linears.iter().map(|l| l.view().clone()).collect();
         let resident = coli_core::make_resident(&views.iter().collect::<Vec<_>>())?;
         for (l, v) in linears.iter_mut().zip(resident) {

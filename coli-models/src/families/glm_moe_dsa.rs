@@ -2,7 +2,8 @@
 //! DeepSeek sparse attention: a lightning indexer per "full" layer scores every earlier
 //! position and each query attends only to the best `index_topk`; "shared" layers reuse the
 //! previous layer's selection. Dense then sigmoid-routed MoE layers (`mlp_layer_types`) with
-//! shared experts. MTP layers (index >= `num_hidden_layers`) are ignored.
+//! shared experts. The MTP layer (`model.layers.{num_hidden_layers}`) drafts tokens
+//! ([`crate::arch::Mtp`]): a full layer with its own indexer and routed experts.
 //! Mirrors `modeling_glm_moe_dsa.py` (transformers 5).
 
 use coli_core::ModelDir;
@@ -153,14 +154,17 @@ impl Family for GlmMoeDsa {
                 .map(|i| i >= cfg.first_k_dense_replace)
                 .collect(),
         };
-        let sk = Skeleton::mla(dir, GlmMoeDsa::DISPLAY_NAME, &cfg.common, DEFAULTS, &dims)?;
+        let mut sk = Skeleton::mla(dir, GlmMoeDsa::DISPLAY_NAME, &cfg.common, DEFAULTS, &dims)?;
+        sk.mtp = true;
         let scale = mla::softmax_scale(dims.nope + dims.rope, &sk.rope.scaling);
         let h = cfg.common.hidden_size;
         let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
         sk.assemble(dims.rope, RopeLayout::Interleaved, |i, p| {
             let a = format!("{p}.self_attn");
             let mut mla = Mla::load(dir, &a, &dims, h, cfg.mla.attention_bias, scale)?;
-            let indexer = if full[i] {
+            // Layer `num_hidden_layers` is the MTP layer: its own indexer, routed experts
+            // (GLM-5 ships one; the config's per-layer lists stop before it).
+            let indexer = if full.get(i).copied().unwrap_or(true) {
                 let x = format!("{a}.indexer");
                 Some(Indexer::load(dir, &x, ih, id, q_lora_rank, h)?)
             } else {
@@ -175,7 +179,7 @@ impl Family for GlmMoeDsa {
                 dir,
                 &mlp,
                 h,
-                sparse[i],
+                sparse.get(i).copied().unwrap_or(true),
                 cfg.intermediate_size,
                 &cfg.moe,
             )?;

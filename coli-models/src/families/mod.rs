@@ -269,7 +269,7 @@ pub fn load_dir(dir: &ModelDir) -> Result<Transformer> {
     model.make_resident()?;
     let (embed, head) = (model.embed_tokens.clone(), model.lm_head.clone());
     if let Some(mtp) = model.mtp.as_deref_mut() {
-        mtp.make_resident(&embed, &head)?;
+        mtp.share_main(&embed, &head);
     }
     Ok(model)
 }
