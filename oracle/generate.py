@@ -4,7 +4,7 @@
 For each family and configuration: a tiny random checkpoint of the real
 architecture (weights rounded to bf16, scaled so logits are decisive), saved
 with `save_pretrained`, plus reference ids and f32 logits computed by
-`transformers` in float32 with eager attention. deepseek_v3_mtp and glm4_moe_mtp also carry a
+`transformers` in float32 with eager attention. deepseek_v3_mtp, glm4_moe_mtp and glm5_mtp also carry a
 complete MTP layer (`model.layers.{num_hidden_layers}.*`, as DeepSeek-V3 and GLM-4.5 publish it)
 and its reference logits, `mtp_logits.bin` (see `mtp_reference`); the other fixtures with MTP
 tensors carry only `add_mtp_layer`'s incomplete decoy, which engines must ignore.
@@ -319,6 +319,139 @@ MTP_CONVENTION = ("row i = (final-normed main hidden h_i, token ids[i+1]) at RoP
                   "embedding first in eh_proj's input")
 
 
+def causal_mask(rows, past=0):
+    """The additive causal mask [1, 1, rows, past + rows] of `rows` new rows after `past` cached ones."""
+    return torch.full((rows, past + rows), torch.finfo(torch.float32).min).triu(past + 1)[None, None]
+
+
+def glm_dsa_mtp_config(cfg):
+    """A one-layer copy of a glm_moe_dsa config whose layer 0 is what GLM-5's MTP layer is: MoE,
+    its own ("full") indexer, indexed attention."""
+    import copy
+    c1 = copy.deepcopy(cfg)
+    c1.num_hidden_layers = 1
+    c1.mlp_layer_types, c1.indexer_types, c1.layer_types = ["sparse"], ["full"], ["indexed_attention"]
+    c1._attn_implementation = "eager"
+    return c1
+
+
+def glm_dsa_mtp(model):
+    """GLM-5's MTP layer built by hand, which transformers 5.24 does not have: `MtpModel` cannot wrap
+    GlmMoeDsaDecoderLayer (it returns (hidden, topk_indices); a layer index n = num_hidden_layers
+    is out of range of mlp_layer_types/indexer_types/layer_types). Same parameter names as
+    MtpModel's (layers.0.{enorm,hnorm,eh_proj,mtp_block.*,post_norm}) and the same
+    forward_layer/_project_to_logits, so the deepseek_v3/glm4_moe helpers apply unchanged.
+    The block is a GlmMoeDsaDecoderLayer of a one-layer config (`glm_dsa_mtp_config`) returning
+    the hidden state only; given no mask it builds the causal one over its cache (the indexer
+    needs an explicit mask). Embedding, head and rotary are the main model's."""
+    from torch import nn
+    from transformers import DynamicCache
+    from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import GlmMoeDsaDecoderLayer, GlmMoeDsaRMSNorm
+    c1 = glm_dsa_mtp_config(model.config)
+
+    class Block(GlmMoeDsaDecoderLayer):
+        def forward(self, hidden_states, attention_mask=None, cache=None, **kw):
+            if attention_mask is None:
+                past = cache.get_seq_length() if cache is not None else 0
+                attention_mask = causal_mask(hidden_states.shape[1], past)
+            return super().forward(hidden_states, attention_mask=attention_mask, cache=cache, **kw)[0]
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            h, eps = c1.hidden_size, c1.rms_norm_eps
+            self.enorm, self.hnorm = GlmMoeDsaRMSNorm(h, eps), GlmMoeDsaRMSNorm(h, eps)
+            self.eh_proj = nn.Linear(2 * h, h, bias=False)
+            self.mtp_block = Block(c1, 0)
+            self.post_norm = GlmMoeDsaRMSNorm(h, eps)  # checkpoint: shared_head.norm
+
+        @staticmethod
+        def new_cache():
+            return DynamicCache(config=c1)  # indexed layer: MLA latents + indexer keys
+
+    class Mtp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config = c1
+            self.layers = nn.ModuleList([Layer()])
+            self._main = [model]  # not a submodule: embedding, head and rotary stay the main model's
+
+        def forward_layer(self, i, h, pos, cache, input_ids):
+            m, layer = self._main[0], self.layers[i]
+            x = layer.eh_proj(torch.cat([layer.enorm(m.get_input_embeddings()(input_ids)), layer.hnorm(h)], dim=-1))
+            mask = causal_mask(x.shape[1]) if cache is None else None
+            y = layer.mtp_block(x, attention_mask=mask, position_ids=pos, cache=cache, use_cache=cache is not None,
+                                position_embeddings=m.model.rotary_emb(x, position_ids=pos))
+            return layer.post_norm(y)
+
+        def _project_to_logits(self, hid):
+            return self._main[0].lm_head(hid)
+
+    return Mtp().float().eval()
+
+
+def check_indexer_margins(module, gaps):
+    """Hooks every GLM-5 DSA indexer in `module`: recomputes its index scores (as
+    GlmMoeDsaIndexer.forward does), checks that its top-k is the one returned, and records per
+    call the smallest relative gap (k-th minus (k+1)-th score, over the row's largest |score|)
+    among rows with more than k visible keys, so that a selection on a tie is refused."""
+    from torch.nn import functional as F
+    from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import (GlmMoeDsaIndexer,
+                                                                      apply_rotary_pos_emb_interleave)
+
+    def hook(m, args, kwargs, out):
+        hs, q_resid, (cos, sin), mask = args[:4]
+        cache = kwargs.get("cache")
+        b, s, _ = hs.shape
+        q = m.wq_b(q_resid).view(b, s, m.n_heads, m.head_dim)
+        q_rot, q_pass = torch.split(q, [m.qk_rope_head_dim, m.head_dim - m.qk_rope_head_dim], dim=-1)
+        k = m.k_norm(m.wk(hs)).unsqueeze(2)
+        k_rot, k_pass = torch.split(k, [m.qk_rope_head_dim, m.head_dim - m.qk_rope_head_dim], dim=-1)
+        q_rot, k_rot = apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+        q = torch.cat([q_rot, q_pass], dim=-1)
+        k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
+        if cache is not None:  # already updated with these rows
+            keys = cache.layers[m.layer_idx].indexer_keys
+            assert torch.equal(keys[:, -s:], k)
+            k = keys
+        scores = F.relu(torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * m.softmax_scale)
+        w = m.weights_proj(hs).float() * (m.n_heads ** -0.5)
+        idx = torch.matmul(w.unsqueeze(-2), scores).squeeze(-2) + mask
+        kk = m.index_topk
+        if idx.shape[-1] <= kk:
+            return
+        top = idx.topk(kk + 1, dim=-1)
+        live = top.values[..., kk] > -1e30  # the (k+1)-th key is visible, so the boundary is real
+        if not live.any():
+            return
+        got = out.long().sort(-1).values
+        assert torch.equal(top.indices[..., :kk].sort(-1).values[live], got[live]), "indexer recomputation differs"
+        v = top.values[live]
+        gaps.append(float(((v[:, kk - 1] - v[:, kk]) / v[:, 0].abs().clamp_min(1e-12)).min()))
+
+    for mod in module.modules():
+        if isinstance(mod, GlmMoeDsaIndexer):
+            mod.register_forward_hook(hook, with_kwargs=True)
+    return gaps
+
+
+def mtp_cached_chunks(mtp, model, ids, chunks=(0, 15, 16, 30)):
+    """The teacher-forced MTP rows through a KV cache, a chunk at a time (rows chunks[j]..chunks[j+1]-1,
+    then the rest), at the same positions as the full pass."""
+    t = torch.tensor([ids])
+    layer = mtp.layers[0]
+    cache = layer.new_cache()
+    with torch.no_grad():
+        h = model.model(t).last_hidden_state[:, :-1]
+        rows = h.shape[1]
+        bounds = list(chunks) + [rows]
+        out = []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            pos = torch.arange(a, b)[None]
+            out.append(mtp._project_to_logits(mtp.forward_layer(0, h[:, a:b], pos, cache, input_ids=t[:, a + 1:b + 1])))
+        return torch.cat(out, dim=1)[0].float()
+
+
 def mtp_forward(mtp, model, ids, pos):
     """MTP logits [rows, vocab] of rows i = 0..L-2 -- (h_i, ids[i+1]) -- in one causal pass, no
     cache, through transformers' own MtpModel.forward_layer with explicit `pos` (a [1, L-1]
@@ -329,26 +462,40 @@ def mtp_forward(mtp, model, ids, pos):
         return mtp._project_to_logits(hid)[0].float()
 
 
-def mtp_reference(model, ids, main_logits, seed, eh_gain, bias_shift, gaps):
-    """A real MTP layer (DeepSeek-V3 / GLM-4.5 `model.layers.{n}`) on the f32 main model:
-    transformers' MtpModel (embedding, head and rotary tied to the main model; its block is the
-    MoE decoder layer), own parameters decisive_init-style with `eh_gain` on eh_proj.
+def new_mtp(model):
+    """The MTP module on `model`: transformers' MtpModel, or `glm_dsa_mtp` for GLM-5."""
+    if model.config.model_type == "glm_moe_dsa":
+        return glm_dsa_mtp(model)
+    from transformers.modeling_layers import MtpModel
+    mtp = MtpModel(model, 1).float().eval()
+    mtp.config._attn_implementation = "eager"
+    return mtp
 
-    Reference logits: transformers' `MtpModel.forward_layer` on rows i = 0..L-2 with
+
+def mtp_reference(model, ids, main_logits, seed, eh_gain, bias_shift, gaps, idx_gaps=None):
+    """A real MTP layer (DeepSeek-V3 / GLM-4.5 / GLM-5 `model.layers.{n}`) on the f32 main model:
+    transformers' MtpModel (embedding, head and rotary tied to the main model; its block is the
+    MoE decoder layer), or for GLM-5 the same built by hand (`glm_dsa_mtp`), own parameters
+    decisive_init-style with `eh_gain` on eh_proj.
+
+    Reference logits: `forward_layer` on rows i = 0..L-2 with
     position_ids = arange(L-1) given explicitly (vLLM's convention: row i at the position of
     h_i; transformers' MTPCandidateGenerator would pass i + 1). Checked against (a) the same with
     positions 1..L-1 and (b) a forward written by hand from the module's parts (enorm, hnorm,
     eh_proj, the block with an explicit causal mask and the main rotary at 0..L-2, post_norm,
-    lm_head)."""
-    from transformers.modeling_layers import MtpModel
-    mtp = MtpModel(model, 1).float().eval()
-    mtp.config._attn_implementation = "eager"
+    lm_head); for GLM-5, whose reference is that forward already, (b) is instead the rows run
+    through a KV cache (MLA latents and indexer keys) in chunks (`mtp_cached_chunks`).
+    `idx_gaps` (GLM-5): the MTP block's indexer top-k margins are recorded there too."""
+    mtp = new_mtp(model)
+    dsa = model.config.model_type == "glm_moe_dsa"
     layer = mtp.layers[0]
     decisive_init(layer, seed + 500, 1.0, bias_shift)
     with torch.no_grad():
         layer.eh_proj.weight.copy_((layer.eh_proj.weight * eh_gain).to(torch.bfloat16).to(torch.float32))
     mtp_gaps = []
     layer.mtp_block.mlp.gate.register_forward_hook(group_router_hook(mtp_gaps))
+    if idx_gaps is not None:
+        check_indexer_margins(layer, idx_gaps)
     t = torch.tensor([ids])
     rows = t.shape[1] - 1
     with torch.no_grad():
@@ -357,18 +504,22 @@ def mtp_reference(model, ids, main_logits, seed, eh_gain, bias_shift, gaps):
         pos = torch.arange(rows)[None]
         ours = mtp_forward(mtp, model, t, pos)
         shifted = mtp_forward(mtp, model, t, pos + 1)
-        h = model.model(t).last_hidden_state[:, :-1]
-        e = model.get_input_embeddings()(t[:, 1:])
-        x = layer.eh_proj(torch.cat([layer.enorm(e), layer.hnorm(h)], dim=-1))
-        mask = torch.full((rows, rows), torch.finfo(torch.float32).min).triu(1)[None, None]
-        y = layer.mtp_block(x, attention_mask=mask, position_ids=pos,
-                            position_embeddings=model.model.rotary_emb(x, position_ids=pos))
-        by_hand = model.lm_head(layer.post_norm(y))[0].float()
+        if dsa:
+            by_hand = mtp_cached_chunks(mtp, model, ids)
+        else:
+            h = model.model(t).last_hidden_state[:, :-1]
+            e = model.get_input_embeddings()(t[:, 1:])
+            x = layer.eh_proj(torch.cat([layer.enorm(e), layer.hnorm(h)], dim=-1))
+            mask = torch.full((rows, rows), torch.finfo(torch.float32).min).triu(1)[None, None]
+            y = layer.mtp_block(x, attention_mask=mask, position_ids=pos,
+                                position_embeddings=model.model.rotary_emb(x, position_ids=pos))
+            by_hand = model.lm_head(layer.post_norm(y))[0].float()
     scale = ours.abs().max().item()
     d_shift = (ours - shifted).abs().max().item()
     d_hand = (ours - by_hand).abs().max().item()
     print(f"  MTP positions 0..{rows - 1} vs 1..{rows}: max |d| {d_shift:.2e} ({d_shift / scale:.1e} rel); "
-          f"by hand: max |d| {d_hand:.2e} ({d_hand / scale:.1e} rel); max |logit| {scale:.3f}")
+          f"{'cached in chunks' if dsa else 'by hand'}: max |d| {d_hand:.2e} ({d_hand / scale:.1e} rel); "
+          f"max |logit| {scale:.3f}")
     assert d_shift <= 1e-5 * scale and d_hand <= 1e-5 * scale, (d_shift, d_hand, scale)
     print(f"  routing gaps: main min {min(gaps):.2e}, MTP block min {min(mtp_gaps):.2e}")
     n_main, n_mtp = len(gaps), len(mtp_gaps)
@@ -434,7 +585,7 @@ def mtp_chain_rows_cached(model, layer, ids, p, steps=MTP_CHAIN_STEPS):
     from transformers import DynamicCache
     t = torch.tensor([ids])
     emb = model.get_input_embeddings()
-    cache = DynamicCache()
+    cache = layer.new_cache() if hasattr(layer, "new_cache") else DynamicCache()
     with torch.no_grad():
         hid = model.model(t[:, :p]).last_hidden_state
         tok = t[:, 1:p + 1]
@@ -496,6 +647,10 @@ def store_real_mtp(out, cfg, mtp):
     layer = mtp.layers[0]
     aux_cfg = copy.deepcopy(cfg)
     aux_cfg.num_hidden_layers = n + 1
+    if cfg.model_type == "glm_moe_dsa":  # per-layer lists; layer n as GLM-5's MTP layer is
+        aux_cfg.mlp_layer_types = list(cfg.mlp_layer_types) + ["sparse"]
+        aux_cfg.indexer_types = list(cfg.indexer_types) + ["full"]
+        aux_cfg.layer_types = list(cfg.layer_types) + ["indexed_attention"]
     aux = AutoModelForCausalLM.from_config(aux_cfg, attn_implementation="eager")
     aux.model.layers[n].load_state_dict(layer.mtp_block.state_dict(), strict=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -535,7 +690,6 @@ def check_real_mtp_reload(out, ids, logits, mtp_logits):
     again) gives the same MTP logits."""
     import re
     from safetensors.torch import load_file
-    from transformers.modeling_layers import MtpModel
     t = torch.tensor([ids])
     again = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
     with torch.no_grad():
@@ -561,8 +715,7 @@ def check_real_mtp_reload(out, ids, logits, mtp_logits):
     stack = lambda part: torch.stack([per[part][j] for j in sorted(per[part])])
     state["mtp_block.mlp.experts.gate_up_proj"] = torch.cat([stack("gate"), stack("up")], dim=1)
     state["mtp_block.mlp.experts.down_proj"] = stack("down")
-    mtp = MtpModel(again, 1).float().eval()
-    mtp.config._attn_implementation = "eager"
+    mtp = new_mtp(again)
     mtp.layers[0].load_state_dict(state, strict=True)
     got = mtp_forward(mtp, again, t, torch.arange(len(ids) - 1)[None]).numpy()
     assert np.array_equal(got, mtp_logits), np.abs(got - mtp_logits).max()
@@ -590,13 +743,21 @@ def build(name, model_type, seed, gain=4.0, shard=None, new_rope_keys=False, mtp
     gaps = check_router_margins(model, tcfg.num_experts_per_tok) if mxfp4 or check_routes else []
     if tcfg.tie_word_embeddings:
         model.tie_weights()
+    idx_gaps = None
     if real_mtp is not None:
         gaps = check_group_router_margins(model)
+        if model_type == "glm_moe_dsa":
+            idx_gaps = check_indexer_margins(model, [])
     ref, logits = reference(model, tcfg.vocab_size, seed, seq_len)
     if real_mtp is not None:
-        mtp_module, mtp_ref, mtp_logits = mtp_reference(model, ref["ids"], logits, seed, real_mtp, bias_shift, gaps)
+        mtp_module, mtp_ref, mtp_logits = mtp_reference(model, ref["ids"], logits, seed, real_mtp, bias_shift, gaps,
+                                                        idx_gaps)
     if gaps and min(gaps) < 1e-5:
         sys.exit(f"{name}: a routing decision is within {min(gaps):.1e} of a tie; change the seed")
+    if idx_gaps:
+        print(f"  indexer top-k relative gaps (main, MTP, chains): min {min(idx_gaps):.2e} over {len(idx_gaps)} calls")
+        if min(idx_gaps) < 1e-5:
+            sys.exit(f"{name}: an indexer top-k boundary is within {min(idx_gaps):.1e} (rel) of a tie; change the seed")
     out = os.path.join(ROOT, name)
     shutil.rmtree(out, ignore_errors=True)
     model.to(torch.bfloat16).save_pretrained(out, max_shard_size=shard or "1GB", safe_serialization=True)
@@ -763,6 +924,12 @@ def tiny5():
           intermediate_size=64, moe_intermediate_size=16, n_shared_experts=1, n_routed_experts=8,
           num_experts_per_tok=3, n_group=2, topk_group=1, norm_topk_prob=False, routed_scaling_factor=2.5,
           real_mtp=1.0, **common)
+    # GLM-5 (glm_moe_dsa): the MTP layer is MLA with its own ("full") DSA indexer and a MoE, built by
+    # hand (see glm_dsa_mtp); config.json's per-layer lists keep num_hidden_layers entries, as the
+    # release's. index_topk well below the rows, so the indexer prunes in the main layers and the
+    # MTP layer alike; the indexer's top-k boundaries are guarded against ties like the routing.
+    build("glm5_mtp", "glm_moe_dsa", 150, num_hidden_layers=2, first_k_dense_replace=1, n_routed_experts=8,
+          num_experts_per_tok=2, n_group=1, topk_group=1, index_topk=8, real_mtp=1.0, **dsa, **common)
 
     # gpt-oss: MXFP4 experts as the hub ships them; alternating sliding (window < SEQ_LEN) and
     # full layers; sinks; biases; YaRN without truncation (the release's rope settings).

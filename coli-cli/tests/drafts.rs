@@ -44,7 +44,7 @@ fn run(name: &str, extra: &[&str]) -> (Value, String) {
 
 #[test]
 fn every_draft_mode_gives_the_same_tokens() {
-    for name in ["deepseek_v3_mtp", "glm4_moe_mtp"] {
+    for name in ["deepseek_v3_mtp", "glm4_moe_mtp", "glm5_mtp"] {
         let (off, _) = run(name, &["--draft", "off"]);
         assert_eq!(off["stats"]["draft_proposed"], 0, "{name}");
         for flags in [

@@ -38,8 +38,8 @@ pub struct MtpDrafts {
     pub depth: usize,
     /// When `Some`, every draft is appended as (its position, the token): diagnostics.
     pub log: Option<Vec<(usize, u32)>>,
-    /// Rests after drafts refused in a row.
-    pub(crate) backoff: crate::drafts::Backoff,
+    /// Rests after drafts refused in a row (a new `Backoff` drafts at the next step).
+    pub backoff: crate::drafts::Backoff,
 }
 
 impl MtpDrafts {

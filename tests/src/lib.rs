@@ -44,6 +44,7 @@ pub const TINY_FIXTURES: &[&str] = &[
     "qwen3_5_moe_text_shard",
     "deepseek_v3_mtp",
     "glm4_moe_mtp",
+    "glm5_mtp",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

@@ -406,7 +406,7 @@ fn drafting_slots_give_the_tokens_of_undrafted_slots() {
 /// one-request path, and a next turn on the same slot (its prefix reused) still drafts.
 #[test]
 fn slots_draft_with_the_mtp_layer() {
-    for name in ["deepseek_v3_mtp", "glm4_moe_mtp"] {
+    for name in ["deepseek_v3_mtp", "glm4_moe_mtp", "glm5_mtp"] {
         let engine = Engine::open(&fixtures_dir().join(name), &Placement::default()).unwrap();
         let vocab = engine.model().info.vocab_size as u32;
         let reference =

@@ -1,6 +1,7 @@
-//! Drafting with the checkpoint's MTP layer (DeepSeek-V3, GLM-4.5): the layer's logits
-//! against `transformers`' `MtpModel` (fixtures `deepseek_v3_mtp`, `glm4_moe_mtp`, built by
-//! oracle/generate.py), the drafts the session makes against the layer read teacher-forced,
+//! Drafting with the checkpoint's MTP layer (DeepSeek-V3, GLM-4.5, GLM-5): the layer's
+//! logits against `transformers`' `MtpModel` (fixtures `deepseek_v3_mtp`, `glm4_moe_mtp`) or,
+//! for GLM-5 whose layer `MtpModel` cannot wrap, the same forward built by hand from
+//! transformers' `GlmMoeDsaDecoderLayer` (`glm5_mtp`; all built by oracle/generate.py), the drafts the session makes against the layer read teacher-forced,
 //! and the output with MTP drafts against the output without, token for token.
 
 use coli_models::mtp_drafts::teacher_forced;
@@ -9,7 +10,7 @@ use coli_models::session::GenStats;
 use coli_models::{Sampler, SamplingParams, Session, Transformer};
 use coli_tests::{checks, compare_logits, floats, ids, Reference, ORACLE_TOLERANCE};
 
-const MTP_FIXTURES: [&str; 2] = ["deepseek_v3_mtp", "glm4_moe_mtp"];
+const MTP_FIXTURES: [&str; 3] = ["deepseek_v3_mtp", "glm4_moe_mtp", "glm5_mtp"];
 
 fn f32s(path: &std::path::Path) -> Vec<f32> {
     std::fs::read(path)
@@ -357,4 +358,138 @@ fn recursive_drafts_match_the_reference_chain() {
             assert_eq!(s2.mtp_draft(ids[p], 2).unwrap(), want[..2], "{name} p={p}");
         }
     }
+}
+
+/// The top four tokens of a logits row and their probabilities at temperature 1 over those
+/// four (what top-k 4 samples from), in f64.
+fn top4(logits: &[f32]) -> Vec<(u32, f64)> {
+    let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+    order.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+    order.truncate(4);
+    let m = logits[order[0] as usize] as f64;
+    let e: Vec<f64> = order
+        .iter()
+        .map(|&t| (logits[t as usize] as f64 - m).exp())
+        .collect();
+    let z: f64 = e.iter().sum();
+    order.into_iter().zip(e.iter().map(|x| x / z)).collect()
+}
+
+/// Sampled output with MTP drafts is distributed as the model says. 16000 draws of the
+/// first two tokens at temperature 1, top-k 4, are compared with the joint probabilities
+/// computed from the model's teacher-forced logits: a chi-square test over the 16 cells
+/// (15 degrees of freedom; 37.7 is the 0.1% tail). Moving 2% of the mass between the two
+/// likeliest cells would give more than that (checked below). The prompt is the fixture prefix where
+/// the layer's draft for the second token is most often one the sampler can pick, so many
+/// draws take the drafted path; the first 1000 draws also equal the undrafted runs'.
+#[test]
+fn sampled_output_with_drafts_has_the_models_distribution() {
+    use coli_models::experts::Placement;
+    use coli_models::Engine;
+    // GLM-5: its MTP layer drafts the second token right for 62% of the first tokens'
+    // mass at one prompt (the other fixtures reach 7%).
+    let r = Reference::load("glm5_mtp");
+    let engine = Engine::open(&r.dir, &Placement::default()).unwrap();
+    let vocab = r.vocab();
+    let last_row = |ids: &[u32]| {
+        let l = engine.evaluate(ids).unwrap().logits;
+        l[l.len() - vocab..].to_vec()
+    };
+    // (draft hit probability, prompt, joint cells with probabilities)
+    let mut best: Option<(f64, Vec<u32>, Vec<((u32, u32), f64)>)> = None;
+    let ids = r.ids();
+    for len in 3..ids.len() {
+        let prompt = ids[..len].to_vec();
+        let (mut hit, mut cells) = (0.0, Vec::new());
+        for (t1, p1) in top4(&last_row(&prompt)) {
+            let seq = [prompt.as_slice(), &[t1]].concat();
+            let guesses = teacher_forced(engine.model(), &seq).unwrap().unwrap();
+            let draft = argmax(&guesses[guesses.len() - vocab..]);
+            for (t2, p2) in top4(&last_row(&seq)) {
+                if t2 == draft {
+                    hit += p1 * p2;
+                }
+                cells.push(((t1, t2), p1 * p2));
+            }
+        }
+        if best.as_ref().is_none_or(|b| hit > b.0) {
+            best = Some((hit, prompt, cells));
+        }
+    }
+    let (hit, prompt, cells) = best.unwrap();
+    assert!(hit > 0.3, "drafts would rarely be kept: {hit}");
+    let n: u64 = 16000;
+    let mut counts = vec![0u64; cells.len()];
+    let mut kept = 0;
+    // Three tokens: the layer's draft of the second is checked in the forward that makes
+    // the third.
+    // Each session keeps the prompt (bar its last position) from one draw to the next.
+    let session = |mtp: bool| {
+        let mut s = Session::new(engine.model(), prompt.len() + 3);
+        if mtp {
+            assert!(s.enable_mtp());
+        }
+        s
+    };
+    let (mut with, mut without) = (session(true), session(false));
+    let mut run = |seed, mtp: bool| {
+        let s = if mtp { &mut with } else { &mut without };
+        let kept = s.truncate(prompt.len() - 1);
+        // Draw afresh: no rest left from an earlier draw's refusals.
+        if let Some(d) = &mut s.mtp {
+            d.backoff = Default::default();
+        }
+        let mut sampler = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_k: 4,
+            top_p: 1.0,
+            seed,
+        });
+        s.generate(&prompt[kept..], 3, &mut sampler, &[], |_| {})
+            .unwrap()
+    };
+    // One thread: a tiny model's forward is too small to share.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        for seed in 0..n {
+            let drafted = run(seed, true);
+            if seed < 1000 {
+                let plain = run(seed, false);
+                assert_eq!(drafted.generated_ids, plain.generated_ids, "seed {seed}");
+            }
+            kept += drafted.stats.drafted_tokens;
+            let pair = (drafted.generated_ids[0], drafted.generated_ids[1]);
+            let cell = cells.iter().position(|(c, _)| *c == pair);
+            counts[cell.unwrap_or_else(|| panic!("seed {seed}: {pair:?} outside the top 4"))] += 1;
+        }
+    });
+    let expected_kept = hit * n as f64;
+    assert!(
+        (kept as f64 - expected_kept).abs() < 5.0 * expected_kept.sqrt(),
+        "{kept} drafts kept, {expected_kept:.0} expected"
+    );
+    let chi2: f64 = cells
+        .iter()
+        .zip(&counts)
+        .map(|((_, p), &o)| {
+            let e = p * n as f64;
+            (o as f64 - e).powi(2) / e
+        })
+        .sum();
+    eprintln!("chi-square {chi2:.1}, {kept} drafts kept of {expected_kept:.0} expected");
+    assert!(
+        chi2 < 37.7,
+        "chi-square {chi2:.1} over 15 degrees of freedom"
+    );
+    // The power claimed above: 2% of the mass moved from the likeliest cell to the second.
+    let mut p: Vec<f64> = cells.iter().map(|c| c.1).collect();
+    p.sort_by(|a, b| b.total_cmp(a));
+    let shifted = n as f64 * (0.02f64.powi(2) / p[0] + 0.02f64.powi(2) / p[1]);
+    assert!(
+        shifted > 37.7,
+        "{n} draws would miss a 2% shift: {shifted:.1}"
+    );
 }
