@@ -267,6 +267,17 @@ pub(crate) mod x86 {
         }};
     }
 
+    /// [`reduce_lanes`] of 16 lanes held as `lo` (lanes 0..8) and `hi` (8..16), in
+    /// registers: the same halving tree, so the same bits (IEEE addition commutes), without
+    /// the trip through memory. For rows with no tail left.
+    #[inline(always)]
+    pub(crate) unsafe fn reduce16_avx2(lo: __m256, hi: __m256) -> f32 {
+        let v8 = _mm256_add_ps(lo, hi); // l + (l + 8)
+        let v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps::<1>(v8));
+        let v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4)); // l + (l + 2), l < 2
+        _mm_cvtss_f32(_mm_add_ss(v2, _mm_movehdup_ps(v2))) // 0 + 1
+    }
+
     #[inline(always)]
     unsafe fn bf16x8(p: *const u8) -> __m256 {
         let h = _mm_loadu_si128(p.cast());
@@ -312,6 +323,10 @@ pub(crate) mod x86 {
         }
         let mut out = [0.0; R];
         for r in 0..R {
+            if main == x.len() {
+                out[r] = reduce16_avx2(acc[r].0, acc[r].1);
+                continue;
+            }
             let mut lanes = [0.0f32; LANES];
             _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r].0);
             _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[r].1);
@@ -432,26 +447,22 @@ pub(crate) mod x86 {
         out
     }
 
-    /// Loads 16 weights of any format as two f32 halves (AVX2).
-    #[inline]
+    /// Eight weights from element `i` as f32.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn load8x2(fmt: WFormat, p: *const u8, i: usize) -> (__m256, __m256) {
+    #[inline]
+    unsafe fn load8(fmt: WFormat, p: *const u8, i: usize) -> __m256 {
         match fmt {
             WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 => {
                 unreachable!("quantized rows take the scalar path")
             }
-            WFormat::F32 => {
-                let p = p.cast::<f32>().add(i);
-                (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
-            }
-            WFormat::BF16 => (bf16x8(p.add(2 * i)), bf16x8(p.add(2 * i + 16))),
-            WFormat::F16 => (
-                _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i).cast())),
-                _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i + 16).cast())),
-            ),
+            WFormat::F32 => _mm256_loadu_ps(p.cast::<f32>().add(i)),
+            WFormat::BF16 => bf16x8(p.add(2 * i)),
+            WFormat::F16 => _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i).cast())),
         }
     }
 
+    // Index loops: iterators here have been compiled out of line (see below).
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_block_avx2<const R: usize, const T: usize>(
         fmt: WFormat,
@@ -460,21 +471,26 @@ pub(crate) mod x86 {
     ) -> [[f32; R]; T] {
         let k = xs[0].len();
         let main = k / LANES * LANES;
-        let mut acc = [[(_mm256_setzero_ps(), _mm256_setzero_ps()); R]; T];
+        // Output (t, r) keeps 16 lanes in two registers, `acc[t][r][0]` for lanes 0..8 of
+        // every chunk and `[1]` for 8..16, as `dot_rows_avx2` does. The halves are taken one
+        // after the other so that only one half's weights are live: 16 registers hold
+        // 2·R·T accumulators, R weights and one activation.
+        let mut acc = [[[_mm256_setzero_ps(); 2]; R]; T];
         let mut i = 0;
         while i < main {
-            // A loop, not `rows.map(..)`: a closure here was compiled out of line, without
-            // the target features, one call per row and chunk (a fifth of prefill's time).
-            let mut w = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
-            for r in 0..R {
-                w[r] = load8x2(fmt, rows[r].as_ptr(), i);
-            }
-            for t in 0..T {
-                let x0 = _mm256_loadu_ps(xs[t].as_ptr().add(i));
-                let x1 = _mm256_loadu_ps(xs[t].as_ptr().add(i + 8));
+            for h in 0..2 {
+                let j = i + 8 * h;
+                // A loop, not `rows.map(..)`: a closure here was compiled out of line, without
+                // the target features, one call per row and chunk (a fifth of prefill's time).
+                let mut w = [_mm256_setzero_ps(); R];
                 for r in 0..R {
-                    acc[t][r].0 = _mm256_fmadd_ps(w[r].0, x0, acc[t][r].0);
-                    acc[t][r].1 = _mm256_fmadd_ps(w[r].1, x1, acc[t][r].1);
+                    w[r] = load8(fmt, rows[r].as_ptr(), j);
+                }
+                for t in 0..T {
+                    let x = _mm256_loadu_ps(xs[t].as_ptr().add(j));
+                    for r in 0..R {
+                        acc[t][r][h] = _mm256_fmadd_ps(w[r], x, acc[t][r][h]);
+                    }
                 }
             }
             i += LANES;
@@ -482,9 +498,13 @@ pub(crate) mod x86 {
         let mut out = [[0.0; R]; T];
         for t in 0..T {
             for r in 0..R {
+                if main == k {
+                    out[t][r] = reduce16_avx2(acc[t][r][0], acc[t][r][1]);
+                    continue;
+                }
                 let mut lanes = [0.0f32; LANES];
-                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[t][r].0);
-                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[t][r].1);
+                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[t][r][0]);
+                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[t][r][1]);
                 tail(fmt, rows[r], xs[t], main, &mut lanes);
                 out[t][r] = reduce_lanes(lanes);
             }

@@ -372,6 +372,22 @@ fn rows_block_strided(
         // Tokens in groups share each converted weight chunk (prefill); register budget:
         // 4 rows x 4 tokens of 16-lane accumulators with AVX-512, 4 x 2 with AVX2.
         let mut t = 0;
+        if isa == Isa::Avx2 {
+            // Two rows x three tokens: 12 accumulators, 2 weights and 1 activation fill the
+            // 16 registers without spilling (4 x 2 needed 26).
+            while t + 3 <= n_tok {
+                for h in [0, 2] {
+                    let pair = [rows[h], rows[h + 1]];
+                    let v = dot_block(isa, m.fmt, pair, [x(t), x(t + 1), x(t + 2)]);
+                    for (dt, row) in v.iter().enumerate() {
+                        for (j, &val) in row.iter().enumerate() {
+                            put(t + dt, r + h + j, val);
+                        }
+                    }
+                }
+                t += 3;
+            }
+        }
         if isa == Isa::Avx512 {
             while t + 4 <= n_tok {
                 let v = dot_block(isa, m.fmt, rows, [x(t), x(t + 1), x(t + 2), x(t + 3)]);

@@ -131,7 +131,8 @@ pub fn dot_rows_scaled<const R: usize>(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{tail_scaled, LANES};
-    use crate::dot::{reduce_lanes, x86::prefetch_next, WFormat, FP4_E2M1_VALUES};
+    use crate::dot::x86::{prefetch_next, reduce16_avx2};
+    use crate::dot::{reduce_lanes, WFormat, FP4_E2M1_VALUES};
     use std::arch::x86_64::*;
 
     /// Sixteen nibbles (8 bytes, low nibble first) as sixteen bytes `nibble` (0..=15).
@@ -493,6 +494,10 @@ mod x86 {
         }
         let mut out = [0.0; R];
         for r in 0..R {
+            if main == x.len() {
+                out[r] = reduce16_avx2(acc[r].0, acc[r].1);
+                continue;
+            }
             let mut lanes = [0.0f32; LANES];
             _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r].0);
             _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[r].1);

@@ -360,6 +360,9 @@ fn recursive_drafts_match_the_reference_chain() {
     }
 }
 
+/// A pair of first tokens and its probability.
+type Cell = ((u32, u32), f64);
+
 /// The top four tokens of a logits row and their probabilities at temperature 1 over those
 /// four (what top-k 4 samples from), in f64.
 fn top4(logits: &[f32]) -> Vec<(u32, f64)> {
@@ -395,8 +398,8 @@ fn sampled_output_with_drafts_has_the_models_distribution() {
         let l = engine.evaluate(ids).unwrap().logits;
         l[l.len() - vocab..].to_vec()
     };
-    // (draft hit probability, prompt, joint cells with probabilities)
-    let mut best: Option<(f64, Vec<u32>, Vec<((u32, u32), f64)>)> = None;
+    // (how often the draft can be kept, the prompt, its cells)
+    let mut best: Option<(f64, Vec<u32>, Vec<Cell>)> = None;
     let ids = r.ids();
     for len in 3..ids.len() {
         let prompt = ids[..len].to_vec();
