@@ -8,7 +8,7 @@
 //! Batching never changes tokens: every row of a batched forward computes what the same
 //! token computes alone (the kernels keep one reduction order whatever the rows), each
 //! sequence attends only to its own KV cache, and each request samples with its own
-//! seeded sampler. `tests/tests/batching.rs` checks it byte for byte.
+//! seeded sampler. `tests/tests/suite/batching.rs` checks it byte for byte.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};

@@ -7,7 +7,7 @@
 //! `raise_exception` and `strftime_now`; jinja2 prints values with Python's `str()`
 //! (`None`, `True`, `{'a': 1}`) and templates call Python string and dict methods.
 //! minijinja is configured to do the same (`chat_template/python.rs` holds the Python
-//! spellings). The test `tests/tests/chat_templates.rs` holds coli to strings recorded
+//! spellings). The test `tests/tests/suite/chat_templates.rs` holds coli to strings recorded
 //! from transformers on real templates (`oracle/chat_templates.py`).
 
 mod clock;

@@ -3,7 +3,7 @@
 //! Each family writes calls the way its chat template renders an assistant's
 //! `tool_calls` back into the prompt (the template is the spec: the model was trained
 //! on that rendering), so each parser here reads exactly what its template writes, and
-//! the round-trip test (`tests/tests/tool_calls.rs`) renders calls through the real
+//! the round-trip test (`tests/tests/suite/tool_calls.rs`) renders calls through the real
 //! templates and parses them back. [`ToolCallFormat::detect`] picks the format from
 //! the template's own markers.
 //!

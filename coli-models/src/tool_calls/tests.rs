@@ -1,6 +1,6 @@
 //! Edge cases of each reader, and the property that `parse` never panics (arbitrary
 //! text, and valid calls cut, spliced and duplicated). The round trip through the real
-//! templates is `tests/tests/tool_calls.rs`.
+//! templates is `tests/tests/suite/tool_calls.rs`.
 
 use proptest::prelude::*;
 use serde_json::json;

@@ -1,6 +1,6 @@
 //! Tool calls round-trip through the real chat templates: an assistant message with
 //! tool calls is rendered by the model's own template (coli's rendering equals
-//! transformers', `tests/tests/chat_templates.rs`), the assistant's part of the prompt
+//! transformers', `tests/tests/suite/chat_templates.rs`), the assistant's part of the prompt
 //! is cut out — what the model was trained to write — and `tool_calls::parse` must give
 //! back the same names and arguments. The template is the independent source of truth.
 

@@ -5,7 +5,7 @@
 //! function the fuzz target calls; a panic fails the test. (The `.coli_analysis.json`
 //! target goes through coli-plan, which this crate does not depend on: fuzz only.)
 //!
-//! `cargo test --release -p coli-tests --test fuzz_seeded -- --ignored` rewrites the seeds.
+//! `cargo test --release -p coli-tests --test suite fuzz_seeded -- --ignored` rewrites the seeds.
 
 use coli_core::fuzzing::{mutate, Rng};
 use coli_models::experts::usage;
