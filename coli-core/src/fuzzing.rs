@@ -1,5 +1,5 @@
 //! Entry points shared by the cargo-fuzz targets (`fuzz/`, nightly) and the stable seeded
-//! tests (`coli-core/tests/fuzz_seeded.rs`), plus the input makers both use.
+//! tests (`coli-core/tests/suite/fuzz_seeded.rs`), plus the input makers both use.
 //!
 //! Each entry point feeds untrusted bytes to one parser exactly as coli does and returns
 //! whether the parser accepted them. Errors are fine; a panic is a bug found: either the parser panicked, or it accepted input that

@@ -4,7 +4,7 @@
 //! deleted and duplicated runs, numbers in text replaced) and of random bytes. Every
 //! input goes through the same function the fuzz target calls; a panic fails the test.
 //!
-//! `cargo test --release -p coli-core --test fuzz_seeded -- --ignored` rewrites the
+//! `cargo test --release -p coli-core --test suite fuzz_seeded -- --ignored` rewrites the
 //! seeds from the makers below.
 
 use std::path::Path;

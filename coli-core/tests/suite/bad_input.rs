@@ -319,12 +319,14 @@ fn bytes_through_a_truncated_mapping_raise_sigbus() {
     }
     let tmp = tempfile::tempdir().unwrap();
     model_dir(tmp.path());
+    // This test's name in the harness: its module path without the crate.
+    let name = "bytes_through_a_truncated_mapping_raise_sigbus";
+    let name = match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_string(),
+    };
     let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "bytes_through_a_truncated_mapping_raise_sigbus",
-            "--nocapture",
-        ])
+        .args(["--exact", &name, "--nocapture"])
         .env(CHILD, tmp.path())
         .output()
         .unwrap();

@@ -2,14 +2,12 @@
 //! compile cache, required tool calls constrained by their schemas, and a model whose own
 //! template renders tools (Qwen3's) answering in its own call syntax.
 
-mod common;
-
 use std::sync::{Arc, OnceLock};
 
+use crate::common::*;
 use coli_models::experts::Placement;
 use coli_models::Engine;
 use coli_server::{ServeConfig, Server};
-use common::*;
 use serde_json::{json, Value};
 
 #[test]

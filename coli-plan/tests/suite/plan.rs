@@ -1,8 +1,7 @@
 //! `coli plan` from the library: the KV formula equals what coli allocates, budgets turn
 //! into cache slots, too small a budget is refused, the pieces add up.
 
-mod common;
-use common::{copy, fixture};
+use crate::common::{copy, fixture};
 
 use coli_plan::plan::{plan, PlanRequest};
 

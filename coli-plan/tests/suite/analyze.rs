@@ -6,8 +6,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-mod common;
-use common::{copy, fixture};
+use crate::common::{copy, fixture};
 
 use coli_plan::analyze::{analyze, analyze_uncached, CacheOutcome, SIDECAR};
 

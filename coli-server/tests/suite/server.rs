@@ -1,15 +1,13 @@
 //! The real server on an ephemeral port, over a tiny random-weight chat model, driven by a
 //! real HTTP client: protocol, scheduling, security, templates, metrics and KV files.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use coli_server::ServeConfig;
-use common::*;
 use serde_json::{json, Value};
 
 #[test]

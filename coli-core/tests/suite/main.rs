@@ -1,0 +1,4 @@
+//! coli-core's integration tests as one binary (one link instead of one per file).
+
+mod bad_input;
+mod fuzz_seeded;

@@ -1,0 +1,5 @@
+//! coli-plan's integration tests as one binary (one link instead of one per file).
+
+mod analyze;
+mod common;
+mod plan;
