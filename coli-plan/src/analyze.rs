@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 pub const SIDECAR: &str = ".coli_analysis.json";
 
 /// Version of the sidecar format (a different version is a miss).
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 
 /// Full scans run by this process.
 pub static SCANS: AtomicU64 = AtomicU64::new(0);
@@ -81,9 +81,11 @@ pub struct Analysis {
     pub shared_expert_bytes: u64,
     /// DSA indexer.
     pub indexer_bytes: u64,
-    /// MTP layers: outside the budget, read in place only when drafting by MTP.
+    /// MTP layers, but their copies of the embedding and the head (never read): budgeted
+    /// by the plan only when `--draft auto` drafts by the layer.
     pub mtp_bytes: u64,
-    /// Tensors outside the text model (a vision tower; not loaded).
+    /// Tensors never read: outside the text model (a vision tower), or an MTP layer's
+    /// copies of the embedding and the head.
     #[serde(default)]
     pub ignored_bytes: u64,
     /// Routed experts, all layers.
@@ -335,6 +337,14 @@ fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
                 }
                 TensorClass::SharedExpert { .. } => a.shared_expert_bytes += bytes,
                 TensorClass::Indexer { .. } => a.indexer_bytes += bytes,
+                // The MTP layer's copies of the embedding and the head are never read: it
+                // uses the main model's.
+                TensorClass::Mtp { .. }
+                    if name.ends_with(".embed_tokens.weight")
+                        || name.ends_with(".shared_head.head.weight") =>
+                {
+                    a.ignored_bytes += bytes
+                }
                 TensorClass::Mtp { .. } => a.mtp_bytes += bytes,
                 TensorClass::Ignored => a.ignored_bytes += bytes,
             }

@@ -19,7 +19,7 @@ use crate::analyze::{analyze, Analysis};
 use crate::{PlanError, Result};
 
 /// Version of the `--json` schema.
-pub const PLAN_VERSION: u32 = 1;
+pub const PLAN_VERSION: u32 = 2;
 
 /// Process baseline measured per family: peak RSS of `coli run` on the family's tiny oracle
 /// fixture (weights < 0.5 MB), 4 tokens, 2026-11-30 — binary, libraries, thread stacks,
@@ -349,10 +349,12 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan> {
     // with the layer's own bytes (dense and experts) taken first, as
     // `coli_models::generate::mtp_fits` decides at load; then it is budgeted here.
     let per_slot = (moe_layers as u64 * expert_bytes).max(1);
-    let mtp_drafting = a.mtp_bytes > 0 && {
-        let with = resident + a.mtp_bytes;
-        with <= ram && (moe_layers == 0 || ((ram - with) / per_slot) as usize >= experts_per_layer)
-    };
+    // A dense model always keeps it, as the engine does.
+    let mtp_drafting = a.mtp_bytes > 0
+        && (moe_layers == 0 || {
+            let with = resident + a.mtp_bytes;
+            with <= ram && ((ram - with) / per_slot) as usize >= experts_per_layer
+        });
     let mtp_bytes = if mtp_drafting { a.mtp_bytes } else { 0 };
     if a.mtp_bytes > 0 {
         notes.push(if mtp_drafting {
@@ -362,7 +364,7 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan> {
             )
         } else {
             format!(
-                "the MTP layer ({:.2} GB) is not budgeted: with experts streamed, --draft auto leaves it unloaded",
+                "the MTP layer ({:.2} GB) is not budgeted: beside it not every expert fits, so --draft auto leaves it unloaded",
                 a.mtp_bytes as f64 / 1e9
             )
         });

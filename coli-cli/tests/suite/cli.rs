@@ -899,7 +899,7 @@ fn plan_json(dir: &Path, ctx: &str) -> Value {
 fn plan_reports_and_refuses() {
     let t = copy_fixture("deepseek_v3_group_yarn");
     let v = plan_json(t.path(), "128");
-    assert_eq!(v["version"], 1);
+    assert_eq!(v["version"], 2);
     assert_eq!(v["family"], "DeepSeek-V3");
     assert_eq!(v["fits"], true);
     assert_eq!(v["cap_per_layer"], v["experts_per_layer"]);

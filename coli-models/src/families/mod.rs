@@ -142,7 +142,8 @@ pub enum TensorClass {
         /// Decoder layer.
         layer: usize,
     },
-    /// A multi-token-prediction layer (index >= `num_hidden_layers`): not used by coli.
+    /// A multi-token-prediction layer (index >= `num_hidden_layers`): drafts tokens
+    /// (`crate::arch::Mtp`) in the families that opt in.
     Mtp {
         /// Layer index.
         layer: usize,
