@@ -23,7 +23,7 @@ pub(crate) struct PlanArgs {
     /// Measure memory and disk bandwidth again instead of using the cached probe.
     #[arg(long)]
     pub(crate) reprobe: bool,
-    /// Print the plan as JSON (schema version 1; see README).
+    /// Print the plan as JSON (schema version 2; see README).
     #[arg(long)]
     pub(crate) json: bool,
 }
