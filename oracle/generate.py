@@ -12,8 +12,9 @@ tensors carry only `add_mtp_layer`'s incomplete decoy, which engines must ignore
     pip install -r oracle/requirements.txt
     python oracle/generate.py tiny [NAME..] # tests/fixtures/<name>/
     python oracle/generate.py tiny5 [NAME..]  # families and layouts only transformers 5 has (GLM-5,
-                                              # gpt-oss, MiniMax-M2, Qwen3-Next/3.5, MTP layers),
+                                              # gpt-oss, MiniMax-M2, Qwen3-Next/3.5, DeepSeek-V4, MTP layers),
                                               # under oracle/requirements-tf5.txt
+    python oracle/generate.py v4 [NAME..]     # only the DeepSeek-V4 fixtures (also part of tiny5)
     python oracle/generate.py container DIR SEED  # reference for a `coli convert` output
     python oracle/generate.py demo DIR      # tests/fixtures/demo/reference.json from coli's imported demo model
 
@@ -35,7 +36,7 @@ SEQ_LEN = 40
 GREEDY_PROMPT = 8
 GREEDY_NEW = 24
 # `generate.py tiny NAME...` rebuilds only the named fixtures.
-ONLY = sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] in ("tiny", "tiny5") else []
+ONLY = sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] in ("tiny", "tiny5", "v4") else []
 
 
 def decisive_init(model, seed, gain, bias_shift=0.0):
@@ -998,6 +999,8 @@ def tiny5():
           linear_num_value_heads=8, linear_conv_kernel_dim=3, num_experts_per_tok=3, check_routes=True,
           post_init=mild_decay, seq_len=70, shard="100KB", **q35)
 
+    deepseek_v4()
+
 
 def mild_decay(model, seed):
     """Qwen3-Next's A_log: decays exp(g) near 1 (as trained models have), so the recurrent state
@@ -1008,6 +1011,416 @@ def mild_decay(model, seed):
             if name.endswith("A_log"):
                 v = torch.log(0.02 + 0.3 * torch.rand(p.shape, generator=g))
                 p.copy_(v.to(torch.bfloat16).to(torch.float32))
+
+
+# DeepSeek-V4 (transformers 5 only): hyper-connection streams (mHC, Sinkhorn), shared-KV MQA with
+# a sliding window, attention sinks, grouped low-rank output projection, compressed KV (CSA: overlapping
+# windows of 4 + a Lightning indexer's top-k; HCA: non-overlapping windows), hash and learned routing.
+V4_HUB_RENAMES = [  # (transformers name pattern, hub name): the inverse of conversion_mapping.py "deepseek_v4"
+    (r"^model\.embed_tokens\.weight$", "embed.weight"),
+    (r"^lm_head\.weight$", "head.weight"),
+    (r"^model\.norm\.weight$", "norm.weight"),
+    (r"^model\.hc_head\.hc_(fn|base|scale)$", r"hc_head_\1"),
+    (r"^model\.layers\.(\d+)\.input_layernorm\.", r"layers.\1.attn_norm."),
+    (r"^model\.layers\.(\d+)\.post_attention_layernorm\.", r"layers.\1.ffn_norm."),
+    (r"^model\.layers\.(\d+)\.attn_hc\.(fn|base|scale)$", r"layers.\1.hc_attn_\2"),
+    (r"^model\.layers\.(\d+)\.ffn_hc\.(fn|base|scale)$", r"layers.\1.hc_ffn_\2"),
+    (r"^model\.layers\.(\d+)\.self_attn\.sinks$", r"layers.\1.attn.attn_sink"),
+    (r"^model\.layers\.(\d+)\.self_attn\.q_a_proj\.", r"layers.\1.attn.wq_a."),
+    (r"^model\.layers\.(\d+)\.self_attn\.q_a_norm\.", r"layers.\1.attn.q_norm."),
+    (r"^model\.layers\.(\d+)\.self_attn\.q_b_proj\.", r"layers.\1.attn.wq_b."),
+    (r"^model\.layers\.(\d+)\.self_attn\.kv_proj\.", r"layers.\1.attn.wkv."),
+    (r"^model\.layers\.(\d+)\.self_attn\.kv_norm\.", r"layers.\1.attn.kv_norm."),
+    (r"^model\.layers\.(\d+)\.self_attn\.o_a_proj\.", r"layers.\1.attn.wo_a."),
+    (r"^model\.layers\.(\d+)\.self_attn\.o_b_proj\.", r"layers.\1.attn.wo_b."),
+    (r"^model\.layers\.(\d+)\.self_attn\.compressor\.indexer\.q_b_proj\.", r"layers.\1.attn.indexer.wq_b."),
+    (r"^model\.layers\.(\d+)\.self_attn\.compressor\.indexer\.scorer\.weights_proj\.",
+     r"layers.\1.attn.indexer.weights_proj."),
+    (r"^model\.layers\.(\d+)\.self_attn\.compressor\.indexer\.", r"layers.\1.attn.indexer.compressor."),
+    (r"^model\.layers\.(\d+)\.self_attn\.compressor\.", r"layers.\1.attn.compressor."),
+    (r"^model\.layers\.(\d+)\.mlp\.gate\.e_score_correction_bias$", r"layers.\1.ffn.gate.bias"),
+    (r"^model\.layers\.(\d+)\.mlp\.gate\.", r"layers.\1.ffn.gate."),
+    (r"^model\.layers\.(\d+)\.mlp\.shared_experts\.gate_proj\.", r"layers.\1.ffn.shared_experts.w1."),
+    (r"^model\.layers\.(\d+)\.mlp\.shared_experts\.down_proj\.", r"layers.\1.ffn.shared_experts.w2."),
+    (r"^model\.layers\.(\d+)\.mlp\.shared_experts\.up_proj\.", r"layers.\1.ffn.shared_experts.w3."),
+]
+# ... and within a compressor (the attention's or the indexer's): kv_proj -> wkv, gate_proj -> wgate,
+# position_bias -> ape, kv_norm -> norm.
+V4_HUB_COMPRESSOR = {"kv_proj.weight": "wkv.weight", "gate_proj.weight": "wgate.weight", "position_bias": "ape",
+                     "kv_norm.weight": "norm.weight"}
+# Stored in float32 as in the release (DeepSeek's reference model keeps these in float32); the rest
+# bf16 (norms included), tid2eid int32.
+V4_HUB_F32 = ("hc_head_fn", "hc_head_base", "hc_head_scale", "attn_sink", ".ape", "gate.bias")
+
+
+def v4_hub_state_dict(model):
+    """The model's weights under the tensor names DeepSeek ships V4 with (no `model.` prefix, `attn`/`ffn`,
+    wq_a/wkv/wo_a..., per-expert w1/w2/w3, ffn.gate.bias, hc_attn_fn...): each name worked out from
+    conversion_mapping.py's "deepseek_v4" renames, read backwards. Fused experts are split as their forward
+    reads them (gate_up_proj[e] = cat(w1, w3), down_proj[e] = w2)."""
+    import re
+    out = {}
+    sd = model.state_dict()
+    for name, t in sd.items():
+        if "rotary_emb" in name:
+            continue
+        m = re.match(r"^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$", name)
+        if m:
+            layer, kind = m.groups()
+            inter = model.config.moe_intermediate_size
+            for e in range(t.shape[0]):
+                p = f"layers.{layer}.ffn.experts.{e}."
+                if kind == "gate_up_proj":
+                    out[p + "w1.weight"], out[p + "w3.weight"] = t[e, :inter], t[e, inter:]
+                else:
+                    out[p + "w2.weight"] = t[e]
+            continue
+        new = None
+        for pat, rep in V4_HUB_RENAMES:
+            if re.search(pat, name):
+                new = re.sub(pat, rep, name)
+                break
+        assert new is not None, name
+        if ".compressor." in new:
+            head, leaf = new.rsplit(".compressor.", 1)
+            new = head + ".compressor." + V4_HUB_COMPRESSOR[leaf]
+        assert new not in out, new
+        out[new] = t
+    stored = {}
+    for k, v in out.items():
+        if k.endswith("tid2eid"):
+            stored[k] = v.to(torch.int32).contiguous()
+        elif k.endswith(V4_HUB_F32) or re.search(r"\.hc_(attn|ffn)_(fn|base|scale)$", k):
+            stored[k] = v.float().contiguous()
+        else:
+            stored[k] = v.to(torch.bfloat16).contiguous()
+    return stored
+
+
+def v4_from_hub_state_dict(hub, cfg):
+    """coli's own reading of the hub names back to transformers' (the forward direction, written
+    independently of V4_HUB_RENAMES): a cross-check of v4_hub_state_dict besides transformers' loader."""
+    import re
+    fwd = [(r"^embed\.weight$", "model.embed_tokens.weight"), (r"^head\.weight$", "lm_head.weight"),
+           (r"^norm\.weight$", "model.norm.weight"), (r"^hc_head_(fn|base|scale)$", r"model.hc_head.hc_\1")]
+    layer = {"attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
+             "attn.attn_sink": "self_attn.sinks", "attn.wq_a.weight": "self_attn.q_a_proj.weight",
+             "attn.q_norm.weight": "self_attn.q_a_norm.weight", "attn.wq_b.weight": "self_attn.q_b_proj.weight",
+             "attn.wkv.weight": "self_attn.kv_proj.weight", "attn.kv_norm.weight": "self_attn.kv_norm.weight",
+             "attn.wo_a.weight": "self_attn.o_a_proj.weight", "attn.wo_b.weight": "self_attn.o_b_proj.weight",
+             "attn.indexer.wq_b.weight": "self_attn.compressor.indexer.q_b_proj.weight",
+             "attn.indexer.weights_proj.weight": "self_attn.compressor.indexer.scorer.weights_proj.weight",
+             "ffn.gate.weight": "mlp.gate.weight", "ffn.gate.bias": "mlp.gate.e_score_correction_bias",
+             "ffn.gate.tid2eid": "mlp.gate.tid2eid", "ffn.shared_experts.w1.weight": "mlp.shared_experts.gate_proj.weight",
+             "ffn.shared_experts.w2.weight": "mlp.shared_experts.down_proj.weight",
+             "ffn.shared_experts.w3.weight": "mlp.shared_experts.up_proj.weight"}
+    for part in ("fn", "base", "scale"):
+        layer[f"hc_attn_{part}"], layer[f"hc_ffn_{part}"] = f"attn_hc.{part}", f"ffn_hc.{part}"
+    for src, dst in (("attn.compressor.", "self_attn.compressor."),
+                     ("attn.indexer.compressor.", "self_attn.compressor.indexer.")):
+        for a, b in (("wkv.weight", "kv_proj.weight"), ("wgate.weight", "gate_proj.weight"), ("ape", "position_bias"),
+                     ("norm.weight", "kv_norm.weight")):
+            layer[src + a] = dst + b
+    sd, experts = {}, {}
+    for k, v in hub.items():
+        v = v.long() if k.endswith("tid2eid") else v.float()
+        m = re.match(r"^layers\.(\d+)\.(.*)$", k)
+        if m:
+            i, rest = m.groups()
+            e = re.match(r"^ffn\.experts\.(\d+)\.(w[123])\.weight$", rest)
+            if e:
+                experts.setdefault(int(i), {}).setdefault(e.group(2), {})[int(e.group(1))] = v
+            else:
+                sd[f"model.layers.{i}.{layer[rest]}"] = v
+            continue
+        for pat, rep in fwd:
+            if re.match(pat, k):
+                sd[re.sub(pat, rep, k)] = v
+                break
+        else:
+            raise KeyError(k)
+    for i, parts in experts.items():
+        stack = lambda w: torch.stack([parts[w][e] for e in range(cfg.n_routed_experts)])
+        sd[f"model.layers.{i}.mlp.experts.gate_up_proj"] = torch.cat([stack("w1"), stack("w3")], dim=1)
+        sd[f"model.layers.{i}.mlp.experts.down_proj"] = stack("w2")
+    return sd
+
+
+def v4_init(model, seed, gain, bias_shift=0.0):
+    """decisive_init, then real values for what transformers' init zeroes or sets to ones (a reference on
+    those would test nothing): attention sinks N(0, 1), hyper-connection bases N(0, 0.5^2) and scales
+    U(0.5, 1.5) (the decoder's attn_hc/ffn_hc and the final hc_head), compressor and indexer position
+    biases (ape) N(0, 0.5^2); each hash layer's tid2eid: k distinct random experts per token."""
+    decisive_init(model, seed, gain, bias_shift)
+    g = torch.Generator().manual_seed(seed + 3)
+    cfg = model.config
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".sinks"):
+                v = torch.randn(p.shape, generator=g)
+            elif name.endswith(("_hc.base", "hc_head.hc_base", ".position_bias")):
+                v = 0.5 * torch.randn(p.shape, generator=g)
+            elif name.endswith(("_hc.scale", "hc_head.hc_scale")):
+                v = 0.5 + torch.rand(p.shape, generator=g)
+            else:
+                continue
+            p.copy_(v.to(torch.bfloat16).to(torch.float32))
+        for name, b in model.named_buffers():
+            if name.endswith("tid2eid"):
+                rows = [torch.randperm(cfg.n_routed_experts, generator=g)[:cfg.num_experts_per_tok]
+                        for _ in range(cfg.vocab_size)]
+                b.copy_(torch.stack(rows))
+
+
+def v4_guards(model):
+    """Hooks: (1) every learned router (`moe` layers): the gap between the k-th and (k+1)-th of
+    scores + e_score_correction_bias, and its choice recomputed; (2) every Lightning indexer (CSA
+    layers): its scores masked to the causally visible compressed entries (entry w visible from
+    position t iff w < (t + 1) // rate), the relative gap (k-th minus (k+1)-th over the row's largest
+    |score|) in rows with more than k visible entries, and its choice recomputed; (3) how many
+    swiglu_limit clamps bind (gate > limit, |up| > limit) in the routed experts and the shared expert.
+    Returns (router gaps, indexer gaps, clamp counts), filled by every forward that follows."""
+    from torch.nn import functional as F
+    from transformers.models.deepseek_v4 import modeling_deepseek_v4 as v4
+    router_gaps, index_gaps = [], []
+    clamps = {"routed_gate": 0, "routed_up": 0, "shared_gate": 0, "shared_up": 0, "routed_n": 0, "shared_n": 0}
+
+    def router_hook(m, inputs, out):
+        x = inputs[0].reshape(-1, m.hidden_dim).float()
+        s = m.score_fn(F.linear(x, m.weight.float())) + m.e_score_correction_bias.float()
+        top = s.topk(m.top_k + 1, dim=-1)
+        router_gaps.append(float((top.values[:, m.top_k - 1] - top.values[:, m.top_k]).min()))
+        assert torch.equal(top.indices[:, :m.top_k].sort(-1).values, out[2].sort(-1).values), "router recomputation"
+
+    def indexer_hooks(m):
+        state = {}
+
+        def scorer_hook(_m, _args, out):
+            state["scores"] = out
+
+        def hook(mod, args, kwargs, out):
+            position_ids = args[2] if len(args) > 2 else kwargs["position_ids"]
+            scores = state.pop("scores").float()  # [B, S, T]
+            t, k = scores.shape[-1], mod.index_topk
+            visible = torch.arange(t)[None, None, :] < ((position_ids + 1) // mod.compress_rate)[..., None]
+            rows = visible.sum(-1) > k
+            if t <= k or not rows.any():
+                return
+            masked = scores.masked_fill(~visible, float("-inf"))
+            top = masked.topk(k + 1, dim=-1)
+            assert torch.equal(top.indices[..., :k].sort(-1).values[rows], out.sort(-1).values[rows]), \
+                "indexer recomputation differs"
+            v = top.values[rows]
+            scale = masked.masked_fill(~visible, 0.0).abs().amax(-1)[rows].clamp_min(1e-12)
+            index_gaps.append(float(((v[:, k - 1] - v[:, k]) / scale).min()))
+
+        m.scorer.register_forward_hook(scorer_hook)
+        m.register_forward_hook(hook, with_kwargs=True)
+
+    def count(key, n):
+        def hook(_m, _args, out):
+            clamps[key] += int(n(out).sum())
+        return hook
+
+    for m in model.modules():
+        if isinstance(m, v4.DeepseekV4TopKRouter):
+            m.register_forward_hook(router_hook)
+        elif isinstance(m, v4.DeepseekV4Indexer):
+            indexer_hooks(m)
+        elif isinstance(m, v4.DeepseekV4Experts):
+            def apply_gate(gate_up, m=m, orig=m._apply_gate):
+                gate, up = gate_up.chunk(2, dim=-1)
+                clamps["routed_gate"] += int((gate > m.limit).sum())
+                clamps["routed_up"] += int((up.abs() > m.limit).sum())
+                clamps["routed_n"] += gate.numel()
+                return orig(gate_up)
+            m._apply_gate = apply_gate
+        elif isinstance(m, v4.DeepseekV4MLP):
+            m.gate_proj.register_forward_hook(count("shared_gate", lambda o, m=m: o > m.limit))
+            m.up_proj.register_forward_hook(count("shared_up", lambda o, m=m: o.abs() > m.limit))
+            m.gate_proj.register_forward_hook(count("shared_n", lambda o: torch.ones_like(o, dtype=torch.bool)))
+    return router_gaps, index_gaps, clamps
+
+
+V4_CHUNKS = (0, 13, 14, 27)
+
+
+def v4_cache_checks(model, ids, logits):
+    """transformers' cached paths against the full forward (`logits`, reference()'s): the prompt one token
+    at a time through a DynamicCache, and in chunks V4_CHUNKS (+ the rest) -- across calls the compressors
+    carry half-filled windows, the CSA overlap half-window and the emitted entries; and the full forward
+    without a cache (use_cache=False). Returns the worst |d| / the row's max |logit| of each."""
+    from transformers import DynamicCache
+    t = torch.tensor([ids])
+    ref = torch.from_numpy(logits)
+    scale = ref.abs().amax(-1, keepdim=True)
+    res = {}
+    with torch.no_grad():
+        for label, bounds in (("one token at a time", list(range(len(ids) + 1))),
+                              (f"chunks {list(V4_CHUNKS)}+", list(V4_CHUNKS) + [len(ids)])):
+            cache = DynamicCache(config=model.config)
+            out = [model(t[:, a:b], cache=cache, use_cache=True).logits[0].float() for a, b in zip(bounds[:-1], bounds[1:])]
+            res[label] = float(((torch.cat(out) - ref).abs() / scale).max())
+        res["no cache"] = float(((model(t, use_cache=False).logits[0].float() - ref).abs() / scale).max())
+    for label, d in res.items():
+        print(f"  cached check, {label}: max |d| / row max |logit| {d:.2e}")
+        assert d <= 1e-4, (label, d)
+    return res
+
+
+def build_v4(name, seed, gain=4.0, bias_shift=0.0, seq_len=SEQ_LEN, hub=None, expect=None, **kw):
+    """A DeepSeek-V4 fixture. hub=None: `kw` is the transformers config, saved by save_pretrained in
+    transformers' own layout (save_original_format=False: model.layers.N..., fused experts; its default
+    writes a half-reverted mix of hub and transformers names). hub=dict: config.json is that dict as
+    DeepSeek's hub configs spell it (legacy keys the config class folds in), and model.safetensors holds
+    the hub's tensor names (v4_hub_state_dict); transformers must read it back to the same logits.
+    `expect`: config attributes the config class must have derived (from the legacy keys)."""
+    if ONLY and name not in ONLY:
+        return
+    import tempfile
+    from safetensors.torch import save_file
+    out = os.path.join(ROOT, name)
+    if hub is not None:
+        tmp = tempfile.mkdtemp()
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(hub, f, indent=2)
+        cfg = AutoConfig.from_pretrained(tmp)
+    else:
+        cfg = AutoConfig.for_model("deepseek_v4", **kw)
+    cfg._attn_implementation = "eager"
+    print(f"{name}: layer_types {cfg.layer_types}, mlp_layer_types {cfg.mlp_layer_types}, "
+          f"compress_rates {cfg.compress_rates}, rope_parameters {cfg.rope_parameters}")
+    def subset(v, got):  # dicts: the expected keys only, recursively
+        if isinstance(v, dict):
+            return isinstance(got, dict) and all(subset(v[k], got.get(k)) for k in v)
+        return got == v
+    for k, v in (expect or {}).items():
+        assert subset(v, getattr(cfg, k)), (k, getattr(cfg, k), v)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    rot = model.model.rotary_emb
+    for kind in ("main", "compress"):
+        print(f"  {kind} rope ({rot.rope_type[kind]}): inv_freq {[float(f'{x:.6g}') for x in getattr(rot, kind + '_inv_freq')]}"
+              f", attention_scaling {getattr(rot, kind + '_attention_scaling')}")
+        assert getattr(rot, kind + "_attention_scaling") == 1.0
+    v4_init(model, seed, gain, bias_shift)
+    router_gaps, index_gaps, clamps = v4_guards(model)
+    ref, logits = reference(model, cfg.vocab_size, seed, seq_len)
+    t = torch.tensor([ref["ids"]])
+    for key in clamps:  # the clamps in the reference forward alone
+        clamps[key] = 0
+    with torch.no_grad():
+        assert np.array_equal(model(t).logits[0].float().numpy(), logits)
+    ref_clamps = dict(clamps)
+    cached = v4_cache_checks(model, ref["ids"], logits)
+    # generate()'s greedy tokens (its cache, one decode step at a time) against a full forward per step.
+    seq = torch.tensor([ref["greedy_prompt"] + ref["greedy"]])
+    with torch.no_grad():
+        for i in range(GREEDY_PROMPT, seq.shape[1]):
+            assert int(model(seq[:, :i], use_cache=False).logits[0, -1].argmax()) == int(seq[0, i]), i
+    print(f"  learned-router top-k gaps: min {min(router_gaps):.2e} over {len(router_gaps)} calls; indexer top-k "
+          f"relative gaps: min {min(index_gaps):.2e} over {len(index_gaps)} calls")
+    c = ref_clamps
+    print(f"  swiglu_limit {cfg.swiglu_limit} binds in the reference forward: routed gate {c['routed_gate']}, up "
+          f"{c['routed_up']} of {c['routed_n']}; shared gate {c['shared_gate']}, up {c['shared_up']} of {c['shared_n']}")
+    print(f"  greedy: generate() == argmax of a full forward at each of {GREEDY_NEW} steps")
+    if min(router_gaps) < 1e-5:
+        sys.exit(f"{name}: a routing decision is within {min(router_gaps):.1e} of a tie; change the seed")
+    if min(index_gaps) < 1e-5:
+        sys.exit(f"{name}: an indexer top-k boundary is within {min(index_gaps):.1e} (rel) of a tie; change the seed")
+    assert min(c["routed_gate"], c["routed_up"], c["shared_gate"], c["shared_up"]) > 0, c
+    shutil.rmtree(out, ignore_errors=True)
+    if hub is None:
+        model.to(torch.bfloat16).save_pretrained(out, max_shard_size="1GB", safe_serialization=True,
+                                                 save_original_format=False)
+        again = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+    else:
+        os.makedirs(out)
+        shutil.copy(os.path.join(tmp, "config.json"), os.path.join(out, "config.json"))
+        shutil.rmtree(tmp)
+        sd = v4_hub_state_dict(model)
+        save_file(sd, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+        # Our own reading of the names back, independent of transformers' conversion mapping ...
+        mine = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+        missing, unexpected = mine.load_state_dict(v4_from_hub_state_dict(sd, cfg), strict=False)
+        assert not unexpected and all("rotary_emb" in k for k in missing), (missing, unexpected)
+        with torch.no_grad():
+            assert np.array_equal(mine(t).logits[0].float().numpy(), logits), "hub names read back differ"
+        # ... and transformers' (conversion_mapping.py "deepseek_v4" renames + expert merge on load).
+        again, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
+                                                           output_loading_info=True)
+        print(f"  transformers loading info: { {k: v for k, v in info.items() if v} }")
+        again.eval()
+    with torch.no_grad():
+        back = again(t).logits[0].float().numpy()
+    assert np.array_equal(back, logits), f"transformers reads {name} back to other logits: {np.abs(back - logits).max()}"
+    for junk in ("generation_config.json",):
+        p = os.path.join(out, junk)
+        if os.path.exists(p):
+            os.remove(p)
+    logits.tofile(os.path.join(out, "logits.bin"))
+    ref["name"] = name
+    ref["transformers"] = transformers.__version__
+    ref["torch"] = torch.__version__
+    ref["checks"] = {"router_min_gap": min(router_gaps), "indexer_min_rel_gap": min(index_gaps),
+                     "swiglu_clamps_reference_forward": ref_clamps,
+                     "cached_max_rel_diff": cached}
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump(ref, f)
+    m = np.array(ref["top2_margin"]) / np.maximum(np.array(ref["max_abs_logit"]), 1e-9)
+    size = sum(os.path.getsize(os.path.join(out, x)) for x in os.listdir(out))
+    print(f"{name}: {size/1024:.0f} KiB, near-ties (margin < 1e-3 rel) {int((m < 1e-3).sum())}/{len(m)}, "
+          f"min rel margin {m.min():.2e}, greedy {ref['greedy'][:8]}...")
+
+
+def deepseek_v4():
+    """The DeepSeek-V4 fixtures (generate.py tiny5 NAME.. or generate.py v4 [NAME..])."""
+    assert transformers.__version__.startswith("5."), transformers.__version__
+    # transformers' layout and config keys: all three attention kinds (sliding / CSA / HCA), window
+    # and compress rates far below the sequence, index_topk below the CSA entries, two hash-routed
+    # layers then two learned (sqrtsoftplus + selection bias), 4 mHC streams with the real 20 Sinkhorn
+    # iterations, partial RoPE (8 of 32 dims), default rope for both main and compress, clamps that bind.
+    build_v4("deepseek_v4_hash_csa", 161, vocab_size=256, hidden_size=48, num_hidden_layers=4,
+             layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
+                          "compressed_sparse_attention"],
+             mlp_layer_types=["hash_moe", "hash_moe", "moe", "moe"],
+             compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+             num_attention_heads=4, head_dim=32, partial_rotary_factor=0.25, q_lora_rank=32, o_groups=2,
+             o_lora_rank=16, index_n_heads=8, index_head_dim=16, index_topk=3, n_routed_experts=8,
+             num_experts_per_tok=2, moe_intermediate_size=16, sliding_window=6, scoring_func="sqrtsoftplus",
+             routed_scaling_factor=2.5, swiglu_limit=1.5, hc_mult=4, hc_sinkhorn_iters=20,
+             rope_parameters={"main": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+                              "compress": {"rope_type": "default", "rope_theta": 160000.0,
+                                           "partial_rotary_factor": 0.25}},
+             max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    # As DeepSeek ships V4: the hub's tensor names and config keys -- compress_ratios per layer (+ the
+    # MTP layer's trailing 0, as the release lists it) with compress_rate_hca folding 128 down to 8,
+    # num_hash_layers, qk_rope_head_dim, YaRN `rope_scaling` (the compress rope only), sigmoid routing
+    # (transformers 5.24 has no "softmax" scoring_func: ACT2FN lacks it),
+    # 2 mHC streams; HCA first, then CSA, then a sliding-only layer.
+    build_v4("deepseek_v4_hub_yarn", 171, hub={
+        "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "vocab_size": 256,
+        "hidden_size": 64, "moe_intermediate_size": 16, "num_hidden_layers": 3, "num_attention_heads": 4,
+        "num_key_value_heads": 1, "head_dim": 32, "qk_rope_head_dim": 16, "q_lora_rank": 32, "o_lora_rank": 16,
+        "o_groups": 2, "compress_ratios": [128, 4, 0, 0], "compress_rate_csa": 4, "compress_rate_hca": 8,
+        "sliding_window": 8, "rope_theta": 10000, "compress_rope_theta": 160000,
+        "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 64, "beta_fast": 32,
+                         "beta_slow": 1},
+        "max_position_embeddings": 256, "index_n_heads": 8, "index_head_dim": 16, "index_topk": 2,
+        "num_hash_layers": 1, "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+        "norm_topk_prob": True, "routed_scaling_factor": 1.5, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+        "swiglu_limit": 1.5, "hc_mult": 2, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6, "rms_norm_eps": 1e-6,
+        "hidden_act": "silu", "num_nextn_predict_layers": 1, "tie_word_embeddings": False, "bos_token_id": 1,
+        "eos_token_id": 2, "torch_dtype": "bfloat16"},
+        expect={"layer_types": ["heavily_compressed_attention", "compressed_sparse_attention", "sliding_attention"],
+                "mlp_layer_types": ["hash_moe", "moe", "moe"],
+                "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+                "partial_rotary_factor": 0.5, "qk_rope_head_dim": 16,
+                "rope_parameters": {"main": {"rope_type": "default", "rope_theta": 10000, "partial_rotary_factor": 0.5},
+                                    "compress": {"rope_type": "yarn", "rope_theta": 160000, "factor": 4,
+                                                 "original_max_position_embeddings": 64, "beta_fast": 32,
+                                                 "beta_slow": 1, "attention_factor": 1.0,
+                                                 "partial_rotary_factor": 0.5}}})
 
 
 def dequantize_container(d):
@@ -1120,6 +1533,8 @@ if __name__ == "__main__":
         tiny()
     elif sys.argv[1] == "tiny5":
         tiny5()
+    elif sys.argv[1] == "v4":
+        deepseek_v4()
     elif sys.argv[1] == "container":
         container(sys.argv[2], int(sys.argv[3]))
     elif sys.argv[1] == "demo":

@@ -63,6 +63,26 @@ pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// SwiGLU with DeepSeek-V4's clamps (`swiglu_limit`), in place:
+/// `gate[i] = silu(min(gate[i], limit)) * clamp(up[i], -limit, limit)`.
+pub fn swiglu_clamped_inplace(gate: &mut [f32], up: &[f32], limit: f32) {
+    assert_eq!(gate.len(), up.len());
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = silu(g.min(limit)) * u.clamp(-limit, limit);
+    }
+}
+
+/// RMSNorm without a weight, in place: `x * 1/sqrt(mean(x²) + eps)` (DeepSeek-V4's
+/// per-head query norm and the hyper-connections' input norm).
+pub fn rms_norm_unweighted_inplace(x: &mut [f32], eps: f32) {
+    let bytes = crate::dot::bytemuck_f32(x);
+    let ss = dot_rows(cpu::best(), WFormat::F32, [bytes], x)[0];
+    let inv = 1.0 / (ss / x.len() as f32 + eps).sqrt();
+    for xi in x.iter_mut() {
+        *xi *= inv;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,6 +122,30 @@ mod tests {
         let mut best = vec![0.0; 50];
         rms_norm(&x, &w, 1e-6, &mut best);
         assert_eq!(inplace, best);
+    }
+
+    #[test]
+    fn clamped_swiglu_and_unweighted_norm_follow_their_definitions() {
+        let gate = [-3.0f32, 0.5, 2.0, 9.0];
+        let up = [-5.0f32, -0.25, 1.5, 4.0];
+        let mut g = gate;
+        swiglu_clamped_inplace(&mut g, &up, 1.0);
+        // The gate is clamped from above only, up from both sides.
+        let want = [
+            -silu(-3.0),
+            silu(0.5) * -0.25,
+            silu(1.0) * 1.0,
+            silu(1.0) * 1.0,
+        ];
+        assert_eq!(g, want);
+        let x: Vec<f32> = (0..40).map(|i| (i as f32 * 0.61).cos() * 2.0).collect();
+        let mean_sq = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / 40.0;
+        let mut y = x.clone();
+        rms_norm_unweighted_inplace(&mut y, 1e-6);
+        for (a, b) in x.iter().zip(&y) {
+            let exact = *a as f64 / (mean_sq + 1e-6).sqrt();
+            assert!((*b as f64 - exact).abs() < 1e-6);
+        }
     }
 
     #[test]

@@ -231,6 +231,42 @@ impl Linear {
         })
     }
 
+    /// `name` `[blocks * rows, cols]` as `blocks` matrices of `rows` rows each (DeepSeek-V4's
+    /// grouped output projection: one block per head group). Read as BF16, F16 or F32.
+    pub fn load_row_blocks(
+        dir: &ModelDir,
+        name: &str,
+        blocks: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Vec<Linear>> {
+        let t = dir.tensor_shaped(name, &[blocks * rows, cols])?;
+        let dtype = t.dtype()?;
+        if !matches!(dtype, DType::BF16 | DType::F16 | DType::F32) {
+            return Err(crate::error::ModelError::BadTensor {
+                name: name.to_string(),
+                msg: format!(
+                    "a grouped projection is read as BF16, F16 or F32; found {}",
+                    t.dtype_name
+                ),
+            });
+        }
+        let mut all = t;
+        all.shape = vec![blocks, rows, cols];
+        (0..blocks)
+            .map(|g| {
+                Ok(Linear {
+                    view: all.outer(g)?,
+                    fmt: wformat(dtype),
+                    rows,
+                    cols,
+                    bias: None,
+                    scales: None,
+                })
+            })
+            .collect()
+    }
+
     /// The bias, if the layer has one.
     pub fn bias(&self) -> Option<&[f32]> {
         self.bias.as_deref()

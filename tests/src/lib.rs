@@ -45,6 +45,8 @@ pub const TINY_FIXTURES: &[&str] = &[
     "deepseek_v3_mtp",
     "glm4_moe_mtp",
     "glm5_mtp",
+    "deepseek_v4_hash_csa",
+    "deepseek_v4_hub_yarn",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

@@ -124,13 +124,14 @@ fn assert_no_allocation(name: &str, attempts: &[usize]) {
     );
 }
 
-const FIXTURES: [&str; 6] = [
+const FIXTURES: [&str; 7] = [
     "llama_gqa",
     "olmoe_gqa_clip",
     "qwen2_moe_shared",
     "deepseek_v3_group_yarn",
     "glm4_moe_group_mtp",
     "glm5_dsa_full",
+    "deepseek_v4_hash_csa",
 ];
 
 #[test]

@@ -39,7 +39,8 @@ pub struct KvLayout {
     pub shape: KvShape,
     /// Decoder layers.
     pub layers: usize,
-    /// Per layer, the width of the DSA indexer's key cache (0 where there is none).
+    /// Per layer, the floats of its side rows per position (0 where there are none): the
+    /// DSA indexer's keys, or DeepSeek-V4's compressor rows and entries.
     pub index_widths: Vec<usize>,
     /// Per layer, whether it keeps keys and values per position (false: a linear-attention
     /// layer, whose state does not grow with the sequence).
@@ -170,7 +171,8 @@ impl KvCache {
     }
 }
 
-/// Per layer, the width of the DSA indexer's key cache (0 where the layer has no indexer).
+/// Per layer, the width of its side rows (the DSA indexer's keys, DeepSeek-V4's compressor
+/// rows; 0 where the layer has none).
 fn index_key_widths(model: &Transformer) -> impl Iterator<Item = usize> + '_ {
     model.layers.iter().map(|l| match &l.attn {
         Mixer::Mla(m) => m
@@ -178,6 +180,7 @@ fn index_key_widths(model: &Transformer) -> impl Iterator<Item = usize> + '_ {
             .as_ref()
             .and_then(|d| d.indexer.as_ref())
             .map_or(0, |ind| ind.head_dim),
+        Mixer::Compressed(c) => c.side_width(),
         Mixer::Gqa(_) | Mixer::DeltaNet(_) => 0,
     })
 }

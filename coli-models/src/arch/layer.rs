@@ -3,7 +3,10 @@
 
 use coli_core::ModelDir;
 
-use super::{Attention, GatedDeltaNet, Mla, Mlp, ModelInfo, Moe, MAX_ROT_HALF};
+use super::{
+    Attention, CompressedAttention, GatedDeltaNet, HyperConnection, Mla, Mlp, ModelInfo, Moe,
+    MAX_ROT_HALF,
+};
 use crate::error::Result;
 use crate::weights::{load_vector, Linear};
 
@@ -16,6 +19,8 @@ pub enum Mixer {
     Mla(Box<Mla>),
     /// Gated DeltaNet linear attention over a fixed-size recurrent state.
     DeltaNet(Box<GatedDeltaNet>),
+    /// DeepSeek-V4's shared-KV attention over a sliding window and compressed entries.
+    Compressed(Box<CompressedAttention>),
 }
 
 /// The feed-forward part of a layer.
@@ -38,6 +43,9 @@ pub struct Layer {
     pub post_attention_layernorm: Vec<f32>,
     /// Feed-forward block.
     pub ffn: Ffn,
+    /// DeepSeek-V4's hyper-connections in front of the attention and the feed-forward
+    /// block (`attn_hc`, `ffn_hc`), when the model has several residual streams.
+    pub hc: Option<Box<[HyperConnection; 2]>>,
 }
 
 impl Layer {
@@ -49,6 +57,7 @@ impl Layer {
             attn,
             post_attention_layernorm: norm("post_attention_layernorm")?,
             ffn,
+            hc: None,
         })
     }
 }

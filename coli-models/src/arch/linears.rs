@@ -46,6 +46,21 @@ impl Transformer {
                     }
                     v.push((Dense, &mut d.out_proj));
                 }
+                Mixer::Compressed(c) => {
+                    v.extend([&mut c.q_a, &mut c.q_b, &mut c.kv].map(|x| (Dense, x)));
+                    v.extend(c.o_a.iter_mut().map(|x| (Dense, x)));
+                    v.push((Dense, &mut c.o_b));
+                    if let Some(comp) = &mut c.compressor {
+                        v.extend([&mut comp.kv, &mut comp.gate].map(|x| (Dense, x)));
+                    }
+                    if let Some(ix) = &mut c.indexer {
+                        let comp = &mut ix.compressor;
+                        v.extend(
+                            [&mut ix.q_b, &mut ix.weights, &mut comp.kv, &mut comp.gate]
+                                .map(|x| (Dense, x)),
+                        );
+                    }
+                }
                 Mixer::Mla(m) => {
                     match &mut m.q {
                         MlaQuery::Direct(q) => v.push((Dense, q)),
@@ -58,6 +73,11 @@ impl Transformer {
                         );
                     }
                 }
+            }
+            // The hyper-connections' maps decide how streams mix: kept as stored, like a
+            // router.
+            if let Some(hc) = &mut l.hc {
+                v.extend(hc.iter_mut().map(|c| (Router, &mut c.map)));
             }
             match &mut l.ffn {
                 Ffn::Dense(m) => v.extend(
@@ -84,6 +104,9 @@ impl Transformer {
                     }
                 }
             }
+        }
+        if let Some(hy) = &mut self.hyper {
+            v.push((Router, &mut hy.head.map));
         }
         v
     }

@@ -3,7 +3,7 @@
 //! GLU expert over one interleaved gate/up projection.
 
 use coli_core::ModelDir;
-use coli_kernels::norm::swiglu_inplace;
+use coli_kernels::norm::{swiglu_clamped_inplace, swiglu_inplace};
 use coli_kernels::routing::sigmoid;
 use coli_kernels::MatRef;
 
@@ -20,6 +20,9 @@ pub struct Mlp {
     pub up_proj: Linear,
     /// `[hidden, intermediate]`.
     pub down_proj: Linear,
+    /// DeepSeek-V4's `swiglu_limit`: the gate clamped from above and up from both sides
+    /// before the product (`None`: plain SwiGLU).
+    pub limit: Option<f32>,
 }
 
 impl Mlp {
@@ -35,6 +38,7 @@ impl Mlp {
             gate_proj: Linear::load_prefixed(dir, gate, inter, hidden, bias)?,
             up_proj: Linear::load_prefixed(dir, up, inter, hidden, bias)?,
             down_proj: Linear::load_prefixed(dir, down, hidden, inter, bias)?,
+            limit: None,
         })
     }
 
@@ -66,7 +70,7 @@ impl Mlp {
         let inter = self.inter();
         let (g, u) = (&mut s.gate[..n * inter], &mut s.up[..n * inter]);
         Linear::forward_group([&self.gate_proj, &self.up_proj], xs, n, [&mut *g, &mut *u]);
-        swiglu_inplace(g, u);
+        glu(g, u, self.limit);
         self.down_proj.forward(g, n, out);
     }
 }
@@ -75,6 +79,7 @@ impl Mlp {
 /// the same bits as reading the expert in place.
 pub(crate) fn forward_mats(
     [gate_m, up_m, down_m]: [MatRef; 3],
+    limit: Option<f32>,
     n: usize,
     xs: &[f32],
     s: &mut MlpScratch,
@@ -83,8 +88,16 @@ pub(crate) fn forward_mats(
     let inter = gate_m.rows;
     let (g, u) = (&mut s.gate[..n * inter], &mut s.up[..n * inter]);
     coli_kernels::matmul::matmul_many([&gate_m, &up_m], xs, n, [&mut *g, &mut *u]);
-    swiglu_inplace(g, u);
+    glu(g, u, limit);
     coli_kernels::matmul::matmul(&down_m, g, n, out);
+}
+
+/// SwiGLU in place, clamped when the MLP has a limit.
+fn glu(gate: &mut [f32], up: &[f32], limit: Option<f32>) {
+    match limit {
+        None => swiglu_inplace(gate, up),
+        Some(l) => swiglu_clamped_inplace(gate, up, l),
+    }
 }
 
 /// gpt-oss' expert: one projection `gate_up` `[2 * inter, hidden]` whose even rows are the

@@ -4,6 +4,8 @@
 //! * [`gqa`]: grouped-query attention (optional q/k norm, clipping).
 //! * [`mla`]: multi-head latent attention over a compressed cache.
 //! * [`dsa`]: DeepSeek sparse attention's lightning indexer (GLM-5).
+//! * [`compressed`]: DeepSeek-V4's shared-KV attention over a sliding window and
+//!   compressed entries; [`hyper`]: its hyper-connections (several residual streams).
 //! * [`deltanet`]: Gated DeltaNet linear attention over a recurrent state (Qwen3-Next).
 //! * [`mlp`]: the SwiGLU MLP.
 //! * [`moe`]: routed mixture of experts (softmax or grouped-sigmoid routing, shared expert).
@@ -15,9 +17,11 @@
 //! with more rows, and every per-token result is computed in the same order either way,
 //! so a prompt fed in one batch and one token at a time give identical bits.
 
+pub mod compressed;
 pub mod deltanet;
 pub mod dsa;
 pub mod gqa;
+pub mod hyper;
 pub mod kv;
 pub mod layer;
 mod linears;
@@ -31,15 +35,17 @@ pub mod scratch;
 use coli_kernels::norm::rms_norm;
 use coli_kernels::rope::{apply as apply_rope, RopeLayout, RopeTable};
 
+pub use self::compressed::{CompressedAttention, Compressor, LightningIndexer};
 pub use self::deltanet::{DeltaDims, DeltaInput, GatedDeltaNet};
 pub use self::dsa::{Dsa, Indexer};
 pub use self::gqa::{Attention, QkNorm};
+pub use self::hyper::{Hyper, HyperConnection, HyperHead};
 pub use self::kv::{KvCache, KvLayout, KvShape};
 pub use self::layer::{Ffn, Layer, Mixer};
 pub use self::linears::LinearRole;
 pub use self::mla::{Mla, MlaQuery};
 pub use self::mlp::{ClampedGlu, Expert, GluExpert, Mlp};
-pub use self::moe::{Moe, Routing, SharedExpert};
+pub use self::moe::{Choice, Moe, Routing, ScoreFn, SharedExpert};
 pub use self::mtp::Mtp;
 pub use self::scratch::Scratch;
 use crate::experts::ExpertStore;
@@ -98,6 +104,9 @@ pub struct Transformer {
     pub store: Option<ExpertStore>,
     /// The checkpoint's multi-token-prediction layer, for drafting (DeepSeek-V3, GLM).
     pub mtp: Option<Box<Mtp>>,
+    /// DeepSeek-V4's hyper-connections: the residual is `mult` streams per token, and
+    /// each layer carries the weights that collapse and expand them.
+    pub hyper: Option<Box<Hyper>>,
 }
 
 /// Whether a forward should produce logits for every position or only the last.
@@ -132,6 +141,8 @@ pub struct Step<'a> {
     pub model: &'a Transformer,
     /// Decoder layer index.
     pub layer: usize,
+    /// The ids of the step's tokens (hash routing reads them).
+    pub tokens: &'a [u32],
     /// Tokens in this forward.
     pub n: usize,
     /// Position of the first of them.
@@ -166,10 +177,11 @@ impl Transformer {
         let rows = if logits == LogitsFor::All { n } else { 1 };
         self.reserve(s, n, end, rows);
         self.embed(tokens, s);
-        self.run_layers(n, start, positions, s, |mixer, step, s| match mixer {
+        self.run_layers(tokens, start, positions, s, |mixer, step, s| match mixer {
             Mixer::Gqa(a) => a.forward(step, kv, s),
             Mixer::Mla(m) => m.forward(step, kv, s),
             Mixer::DeltaNet(d) => d.forward(step, kv, s),
+            Mixer::Compressed(c) => c.forward(step, kv, s),
         })?;
         self.head(n - rows, rows, s);
         Ok(())
@@ -206,7 +218,11 @@ impl Transformer {
         self.reserve(s, n, ctx, n);
         self.embed(tokens, s);
         let mut rows = std::mem::take(&mut s.rows);
-        if self.layers.iter().any(|l| matches!(l.attn, Mixer::Mla(_))) {
+        if self
+            .layers
+            .iter()
+            .any(|l| matches!(l.attn, Mixer::Mla(_) | Mixer::Compressed(_)))
+        {
             rows.resize_with(rows.len().max(n), Scratch::default);
             for (r, &p) in rows.iter_mut().zip(starts) {
                 self.reserve(r, 1, p + 1, 1);
@@ -214,14 +230,14 @@ impl Transformer {
         }
         let h = self.info.hidden_size;
         let done = self.run_layers(
-            n,
+            tokens,
             0,
             PositionLoop::Serial,
             s,
             |mixer, step, s| match mixer {
                 Mixer::Gqa(a) => a.forward_rows(step, kvs, seqs, starts, s),
                 Mixer::DeltaNet(d) => d.forward_rows(step, kvs, seqs, starts, s),
-                Mixer::Mla(m) => {
+                Mixer::Mla(_) | Mixer::Compressed(_) => {
                     let per_row = seqs.iter().zip(starts).zip(&mut rows).enumerate();
                     for (r, ((&q, &start), rs)) in per_row {
                         let kv = &mut *kvs[q];
@@ -229,9 +245,14 @@ impl Transformer {
                         let one = Step {
                             n: 1,
                             start,
+                            tokens: &tokens[r..r + 1],
                             ..*step
                         };
-                        m.forward(&one, kv, rs);
+                        match mixer {
+                            Mixer::Mla(m) => m.forward(&one, kv, rs),
+                            Mixer::Compressed(c) => c.forward(&one, kv, rs),
+                            _ => unreachable!("matched above"),
+                        }
                         s.proj[r * h..(r + 1) * h].copy_from_slice(&rs.proj[..h]);
                     }
                 }
@@ -245,9 +266,45 @@ impl Transformer {
 
     fn embed(&self, tokens: &[u32], s: &mut Scratch) {
         let h = self.info.hidden_size;
+        let streams = self.streams();
         for (t, &tok) in tokens.iter().enumerate() {
-            self.embed_tokens
-                .row_f32(tok as usize, &mut s.x[t * h..(t + 1) * h]);
+            let row = &mut s.x[t * streams * h..(t + 1) * streams * h];
+            self.embed_tokens.row_f32(tok as usize, &mut row[..h]);
+            // Hyper-connections: every stream starts as the embedding.
+            for k in 1..streams {
+                row.copy_within(..h, k * h);
+            }
+        }
+    }
+
+    /// Residual streams per token (1 without hyper-connections).
+    pub(crate) fn streams(&self) -> usize {
+        self.hyper.as_ref().map_or(1, |h| h.mult)
+    }
+
+    /// The input of a block: RMSNorm (`norm`) of the residual, or, with hyper-connections,
+    /// of the streams collapsed by `hc`.
+    fn block_input(&self, n: usize, norm: &[f32], hc: Option<&HyperConnection>, s: &mut Scratch) {
+        let h = self.info.hidden_size;
+        match (&self.hyper, hc) {
+            (Some(hy), Some(hc)) => {
+                let m = hy.mult;
+                hy.collapse(hc, &s.x[..n * m * h], n, &mut s.hyper, &mut s.xn[..n * h]);
+                norm_rows_inplace(&mut s.xn[..n * h], norm, self.rms_norm_eps);
+            }
+            _ => norm_rows(&s.x[..n * h], norm, self.rms_norm_eps, &mut s.xn[..n * h]),
+        }
+    }
+
+    /// Adds a block's output (`s.proj`) to the residual, or spreads it over the streams.
+    fn block_output(&self, n: usize, hc: bool, s: &mut Scratch) {
+        let h = self.info.hidden_size;
+        match &self.hyper {
+            Some(hy) if hc => {
+                let m = hy.mult;
+                hy.expand(&mut s.x[..n * m * h], &s.proj[..n * h], n, &mut s.hyper);
+            }
+            _ => add_into(&mut s.x[..n * h], &s.proj[..n * h]),
         }
     }
 
@@ -255,40 +312,32 @@ impl Transformer {
     /// (one sequence's positions, or a batch of sequences).
     fn run_layers(
         &self,
-        n: usize,
+        tokens: &[u32],
         start: usize,
         positions: PositionLoop,
         s: &mut Scratch,
         mut attend: impl FnMut(&Mixer, &Step, &mut Scratch),
     ) -> crate::error::Result<()> {
-        let h = self.info.hidden_size;
+        let (n, h) = (tokens.len(), self.info.hidden_size);
         for (li, layer) in self.layers.iter().enumerate() {
             let step = Step {
                 model: self,
                 layer: li,
+                tokens,
                 n,
                 start,
                 positions,
             };
-            norm_rows(
-                &s.x[..n * h],
-                &layer.input_layernorm,
-                self.rms_norm_eps,
-                &mut s.xn[..n * h],
-            );
+            let hc = layer.hc.as_deref();
+            self.block_input(n, &layer.input_layernorm, hc.map(|c| &c[0]), s);
             attend(&layer.attn, &step, s);
-            add_into(&mut s.x[..n * h], &s.proj[..n * h]);
-            norm_rows(
-                &s.x[..n * h],
-                &layer.post_attention_layernorm,
-                self.rms_norm_eps,
-                &mut s.xn[..n * h],
-            );
+            self.block_output(n, hc.is_some(), s);
+            self.block_input(n, &layer.post_attention_layernorm, hc.map(|c| &c[1]), s);
             match &layer.ffn {
                 Ffn::Dense(m) => m.forward(n, &s.xn[..n * h], &mut s.ffn, &mut s.proj[..n * h]),
                 Ffn::Moe(moe) => moe.forward(&step, s)?,
             }
-            add_into(&mut s.x[..n * h], &s.proj[..n * h]);
+            self.block_output(n, hc.is_some(), s);
         }
         Ok(())
     }
@@ -296,12 +345,20 @@ impl Transformer {
     /// The final norm and the LM head over rows `first..first + rows` of `s.x`.
     fn head(&self, first: usize, rows: usize, s: &mut Scratch) {
         let (h, v) = (self.info.hidden_size, self.info.vocab_size);
-        norm_rows(
-            &s.x[first * h..(first + rows) * h],
-            &self.norm,
-            self.rms_norm_eps,
-            &mut s.xn[..rows * h],
-        );
+        match &self.hyper {
+            Some(hy) => {
+                let m = hy.mult;
+                let x = &s.x[first * m * h..(first + rows) * m * h];
+                hy.head(x, rows, &mut s.hyper, &mut s.xn[..rows * h]);
+                norm_rows_inplace(&mut s.xn[..rows * h], &self.norm, self.rms_norm_eps);
+            }
+            None => norm_rows(
+                &s.x[first * h..(first + rows) * h],
+                &self.norm,
+                self.rms_norm_eps,
+                &mut s.xn[..rows * h],
+            ),
+        }
         self.lm_head
             .forward(&s.xn[..rows * h], rows, &mut s.logits[..rows * v]);
     }

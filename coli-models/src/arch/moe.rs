@@ -24,6 +24,17 @@ pub enum Routing {
     },
     /// Top-k of the logits, then a softmax over the chosen ones (gpt-oss).
     TopKSoftmax,
+    /// DeepSeek-V4: scores from the logits ([`ScoreFn`]); the experts by the top-k of the
+    /// scores plus a selection bias, or looked up by token id (`hash_moe` layers); the
+    /// weights the chosen scores over their sum (plus 1e-20), times `scaling`.
+    Scored {
+        /// `scoring_func`.
+        score: ScoreFn,
+        /// How the experts are chosen.
+        choice: Choice,
+        /// `routed_scaling_factor`.
+        scaling: f32,
+    },
     /// Sigmoid scores, bias-corrected group-limited selection (DeepSeek-V3, GLM-4.5).
     GroupedSigmoid {
         /// `e_score_correction_bias` (selection only).
@@ -37,6 +48,48 @@ pub enum Routing {
         /// `routed_scaling_factor`.
         scaling: f32,
     },
+}
+
+/// DeepSeek-V4's `scoring_func`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScoreFn {
+    /// `sqrt(softplus(x))`.
+    SqrtSoftplus,
+    /// Softmax over all experts.
+    Softmax,
+    /// `sigmoid(x)`.
+    Sigmoid,
+}
+
+impl ScoreFn {
+    /// The scores of one token's logits.
+    pub fn apply(self, logits: &[f32], out: &mut [f32]) {
+        match self {
+            ScoreFn::SqrtSoftplus => {
+                for (o, &l) in out.iter_mut().zip(logits) {
+                    *o = coli_kernels::deltanet::softplus(l).sqrt();
+                }
+            }
+            ScoreFn::Sigmoid => {
+                for (o, &l) in out.iter_mut().zip(logits) {
+                    *o = sigmoid(l);
+                }
+            }
+            ScoreFn::Softmax => {
+                out.copy_from_slice(logits);
+                coli_kernels::softmax::softmax_inplace(out);
+            }
+        }
+    }
+}
+
+/// How DeepSeek-V4 chooses a token's experts.
+#[derive(Clone, Debug)]
+pub enum Choice {
+    /// The top-k of the scores plus `e_score_correction_bias` (`moe` layers).
+    Biased(Vec<f32>),
+    /// Row `token id` of `tid2eid` `[vocab, top_k]` (`hash_moe` layers).
+    Hash(Vec<u32>),
 }
 
 /// Experts every token goes through besides the routed ones.
@@ -110,6 +163,7 @@ impl Moe {
         let m = &mut s.moe;
         grow(&mut m.router_logits, n * e);
         grow(&mut m.probs, e);
+        grow(&mut m.prefetch_logits, e);
         grow(&mut m.weights, n * k);
         grow(&mut m.gathered, n * k * h);
         grow(&mut m.expert_out, n * k * h);
@@ -127,7 +181,7 @@ impl Moe {
     /// The block for the step's tokens (`s.xn` in, `s.proj` out).
     pub(crate) fn forward(&self, st: &Step, s: &mut Scratch) -> Result<()> {
         let (n, h) = (st.n, st.model.info.hidden_size);
-        self.route(&s.xn[..n * h], n, &mut s.moe);
+        self.route(&s.xn[..n * h], st.tokens, &mut s.moe);
         self.group_by_expert(n, &mut s.moe);
         let store = StoreCtx::of(st);
         if let Some(ctx) = &store {
@@ -143,10 +197,10 @@ impl Moe {
     }
 
     /// Router logits, then each token's experts and weights (rank order).
-    fn route(&self, xn: &[f32], n: usize, s: &mut MoeScratch) {
-        let (e, k) = (self.experts.len(), self.top_k);
+    fn route(&self, xn: &[f32], tokens: &[u32], s: &mut MoeScratch) {
+        let (n, e, k) = (tokens.len(), self.experts.len(), self.top_k);
         self.router.forward(xn, n, &mut s.router_logits[..n * e]);
-        for t in 0..n {
+        for (t, &tok) in tokens.iter().enumerate() {
             let logits = &s.router_logits[t * e..(t + 1) * e];
             let (experts, weights) = (
                 &mut s.experts[t * k..(t + 1) * k],
@@ -180,6 +234,38 @@ impl Moe {
                         scaling: *scaling,
                     };
                     sigmoid_group_top_k(logits, k, &p, &mut s.route, experts, weights)
+                }
+                Routing::Scored {
+                    score,
+                    choice,
+                    scaling,
+                } => {
+                    let scores = &mut s.probs[..e];
+                    score.apply(logits, scores);
+                    match choice {
+                        Choice::Biased(bias) => {
+                            let biased = &mut s.prefetch_logits[..e];
+                            for ((b, &sc), &bi) in biased.iter_mut().zip(&*scores).zip(bias) {
+                                *b = sc + bi;
+                            }
+                            let top = coli_kernels::routing::top_k_indices(biased, k, &mut s.order);
+                            experts.copy_from_slice(top);
+                        }
+                        Choice::Hash(table) => {
+                            let tok = tok as usize;
+                            for (x, &id) in experts.iter_mut().zip(&table[tok * k..(tok + 1) * k]) {
+                                *x = id as usize;
+                            }
+                        }
+                    }
+                    let mut sum = 0.0f32;
+                    for (w, &x) in weights.iter_mut().zip(&*experts) {
+                        *w = scores[x];
+                        sum += *w;
+                    }
+                    for w in weights.iter_mut() {
+                        *w = *w / (sum + 1e-20) * scaling;
+                    }
                 }
             }
         }
@@ -241,9 +327,14 @@ impl Moe {
                 Some(ctx) => {
                     let e = ctx.store.get(ctx.layer, ex)?;
                     match &self.experts[ex] {
-                        Expert::SwiGlu(_) => {
-                            forward_mats([e.mat(0), e.mat(1), e.mat(2)], rows, xs, &mut s.ffn, y)
-                        }
+                        Expert::SwiGlu(m) => forward_mats(
+                            [e.mat(0), e.mat(1), e.mat(2)],
+                            m.limit,
+                            rows,
+                            xs,
+                            &mut s.ffn,
+                            y,
+                        ),
                         // Biases and constants stay resident; the store has the matrices.
                         Expert::Glu(g) => glu_forward_mats(
                             [e.mat(0), e.mat(1)],

@@ -63,6 +63,7 @@ impl Mtp {
                 rope_layout: main.rope_layout,
                 store: None,
                 mtp: None,
+                hyper: None,
             },
         })
     }
@@ -159,7 +160,7 @@ impl Mtp {
         }
         self.eh_proj.forward(input, n, &mut s.x[..n * h]);
         b.run_layers(
-            n,
+            next,
             start,
             PositionLoop::Parallel,
             s,
@@ -167,6 +168,7 @@ impl Mtp {
                 Mixer::Gqa(a) => a.forward(step, kv, s),
                 Mixer::Mla(m) => m.forward(step, kv, s),
                 Mixer::DeltaNet(d) => d.forward(step, kv, s),
+                Mixer::Compressed(c) => c.forward(step, kv, s),
             },
         )?;
         b.head(n - rows, rows, s);

@@ -2,6 +2,8 @@
 //! are shared by every block; each block kind keeps its own group and says how large it
 //! must be (its `reserve`), so nothing here knows a block's shapes.
 
+use super::compressed::CompressedScratch;
+use super::hyper::HyperScratch;
 use super::{Ffn, Mixer, Transformer, ATTENTION_TASKS};
 
 /// The buffers of one forward, reused across forwards (decode allocates nothing).
@@ -33,6 +35,10 @@ pub struct Scratch {
     pub(crate) delta: DeltaScratch,
     /// Gated attention's `[q | gate]` projection and its gates.
     pub(crate) gate: GateScratch,
+    /// DeepSeek-V4's attention buffers.
+    pub(crate) v4: CompressedScratch,
+    /// DeepSeek-V4's hyper-connection weights and buffers.
+    pub(crate) hyper: HyperScratch,
     /// Logits of the positions asked for, `[n, vocab]`.
     pub logits: Vec<f32>,
     /// One-row scratches of a batched forward's rows, for the blocks that run per sequence
@@ -133,13 +139,17 @@ impl Transformer {
                 Mixer::Gqa(a) => a.reserve(&self.info, s, n),
                 Mixer::Mla(m) => m.reserve(s, n, ctx),
                 Mixer::DeltaNet(d) => d.reserve(s, n),
+                Mixer::Compressed(c) => c.reserve(s, n, ctx),
             }
             match &l.ffn {
                 Ffn::Dense(m) => m.reserve(&mut s.ffn, n),
                 Ffn::Moe(moe) => moe.reserve(s, n, h),
             }
         }
-        grow(&mut s.x, n * h);
+        if let Some(hy) = &self.hyper {
+            hy.reserve(&mut s.hyper, n, h);
+        }
+        grow(&mut s.x, n * h * self.streams());
         grow(&mut s.xn, n * h);
         grow(&mut s.proj, n * h);
         grow(&mut s.scores, ATTENTION_TASKS * ctx);
@@ -191,7 +201,8 @@ impl Scratch {
         ]
         .iter()
         .map(|v| v.len() * 4)
-        .sum::<usize>();
+        .sum::<usize>()
+            + 4 * (self.v4.floats() + self.hyper.floats());
         let u = 4 * (self.dsa.sel.len() + self.dsa.sel_order.len());
         let w = std::mem::size_of::<usize>()
             * (self.dsa.sel_len.len()

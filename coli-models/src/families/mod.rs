@@ -5,6 +5,7 @@
 //! [`FAMILIES`], and an oracle fixture from `oracle/generate.py`.
 
 pub mod deepseek_v3;
+pub mod deepseek_v4;
 pub mod glm4_moe;
 pub mod glm_moe_dsa;
 pub mod gpt_oss;
@@ -48,6 +49,8 @@ pub enum Capability {
     SparseAttention,
     /// Linear attention over a fixed-size recurrent state (Gated DeltaNet).
     LinearAttention,
+    /// Several residual streams mixed around every block (DeepSeek-V4's mHC).
+    HyperConnections,
 }
 
 /// A model family: what the registry needs to know about one `transformers` architecture.
@@ -233,6 +236,7 @@ pub static FAMILIES: &[FamilyDescriptor] = &[
     descriptor::<minimax_m2::MiniMaxM2>(),
     descriptor::<qwen3_next::Qwen3Next>(),
     descriptor::<qwen3_5_moe::Qwen35Moe>(),
+    descriptor::<deepseek_v4::DeepseekV4>(),
 ];
 
 /// All supported `model_type` spellings, comma-separated.

@@ -282,6 +282,7 @@ fn experts(dir: &ModelDir, m: &str, cfg: &Qwen3NextConfig) -> Result<Vec<Expert>
                 gate_proj: Linear::load_fused_expert(dir, &gate_up, e, n, 0, 2, inter, h)?,
                 up_proj: Linear::load_fused_expert(dir, &gate_up, e, n, 1, 2, inter, h)?,
                 down_proj: Linear::load_fused_expert(dir, &down, e, n, 0, 1, h, inter)?,
+                limit: None,
             }))
         })
         .collect()

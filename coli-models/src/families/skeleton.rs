@@ -223,6 +223,7 @@ impl<'a> Skeleton<'a> {
             lm_head,
             store: None,
             mtp: None,
+            hyper: None,
         };
         // The first MTP layer, when the family has one and the checkpoint holds it (more
         // than one would chain; no published checkpoint has more).

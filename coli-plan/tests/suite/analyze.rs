@@ -31,6 +31,8 @@ fn totals_agree_with_the_loaded_model() {
         "qwen3_next_hybrid",
         "qwen3_5_moe_hub_fused",
         "qwen3_5_moe_text_shard",
+        "deepseek_v4_hash_csa",
+        "deepseek_v4_hub_yarn",
     ] {
         let a = analyze_uncached(&fixture(name)).unwrap();
         let m = coli_models::load(fixture(name)).unwrap();

@@ -159,6 +159,7 @@ fn batching_through_the_expert_store_keeps_tokens() {
         "mixtral_gqa",
         "deepseek_v3_group_yarn",
         "glm5_dsa_shared_group_yarn",
+        "deepseek_v4_hash_csa",
     ] {
         let placement = Placement {
             cache: CacheSize::Slots(1),
@@ -178,6 +179,7 @@ fn a_reused_prefix_gives_the_tokens_of_a_fresh_slot() {
         "olmoe_gqa_clip",
         "deepseek_v3_group_yarn",
         "glm5_dsa_full",
+        "deepseek_v4_hash_csa",
     ] {
         let engine = Engine::open(&fixtures_dir().join(name), &Placement::default()).unwrap();
         let reqs = requests(engine.model().info.vocab_size as u32);

@@ -84,6 +84,20 @@ fn glm_moe_dsa_num_local_experts() {
 }
 
 #[test]
+fn deepseek_v4_num_local_experts_and_intermediate_size() {
+    check_alias(
+        "deepseek_v4_hash_csa",
+        "num_local_experts",
+        "n_routed_experts",
+    );
+    check_alias(
+        "deepseek_v4_hash_csa",
+        "intermediate_size",
+        "moe_intermediate_size",
+    );
+}
+
+#[test]
 fn glm4_moe_rope_parameters_as_transformers_5_writes_them() {
     // transformers 5: no top-level rope_theta / rope_scaling / partial_rotary_factor; one
     // rope_parameters object holds them all. A factor other than the default (0.5), so that

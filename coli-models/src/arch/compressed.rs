@@ -1,0 +1,596 @@
+//! DeepSeek-V4's attention: shared-KV multi-query attention (one `head_dim` vector per
+//! position serves as key and value) over a sliding window, plus, on compressed layers,
+//! entries that each summarise `rate` positions:
+//!
+//! * `heavily_compressed_attention` (HCA): one entry per window of `rate` positions, a
+//!   softmax-gated sum of the window's projections (per channel, with a learned bias per
+//!   offset), normalised and rotated at the window's first position. Every finished
+//!   window is attended.
+//! * `compressed_sparse_attention` (CSA): entries from two interleaved series, each window
+//!   joining the previous window's first series to its own second one (width `2 rate`,
+//!   stride `rate`); a Lightning indexer with its own smaller compressor scores the
+//!   finished entries for each query (`sum_h w_h relu(q_h · k)`) and only its top
+//!   `index_topk` are attended.
+//!
+//! Queries come through a low-rank projection and a per-head unweighted RMSNorm; RoPE
+//! rotates the trailing `rope_dim` channels of each head in interleaved pairs; each head
+//! has a learned sink logit; the output's rotary channels are rotated back by the query's
+//! position, and the heads go out through a grouped low-rank projection.
+//!
+//! What a sequence keeps per position and layer: the key (in the KV cache's keys) and, on
+//! compressed layers, the compressors' raw projections and the entry that position
+//! completes (in the cache's side rows). An entry depends only on positions up to the one
+//! that completes it, so cutting the cache back to any length leaves exactly the state a
+//! shorter sequence would have had, and a prompt fed at once or token by token gives the
+//! same bits. Mirrors `DeepseekV4Attention`, `DeepseekV4HCACompressor`,
+//! `DeepseekV4CSACompressor` and `DeepseekV4Indexer` of `modeling_deepseek_v4.py`.
+
+use coli_core::ModelDir;
+use coli_kernels::dot::dot_f32;
+use coli_kernels::norm::{rms_norm_inplace, rms_norm_unweighted_inplace};
+use coli_kernels::rope::{apply as apply_rope, RopeLayout, RopeTable};
+use coli_kernels::softmax::softmax_with_sink;
+use rayon::prelude::*;
+
+use super::scratch::grow;
+use super::{norm_rows_inplace, KvCache, Scratch, Step, ATTENTION_TASKS, MAX_ROT_HALF};
+use crate::error::Result;
+use crate::weights::{load_vector, Linear};
+
+/// The attention of one DeepSeek-V4 layer.
+#[derive(Clone, Debug)]
+pub struct CompressedAttention {
+    /// `q_a_proj` `[q_lora_rank, hidden]`.
+    pub q_a: Linear,
+    /// `q_a_norm` `[q_lora_rank]`.
+    pub q_a_norm: Vec<f32>,
+    /// `q_b_proj` `[heads * head_dim, q_lora_rank]`.
+    pub q_b: Linear,
+    /// `kv_proj` `[head_dim, hidden]`: the shared key and value.
+    pub kv: Linear,
+    /// `kv_norm` `[head_dim]`.
+    pub kv_norm: Vec<f32>,
+    /// `o_a_proj`, one `[o_lora_rank, heads * head_dim / groups]` block per head group.
+    pub o_a: Vec<Linear>,
+    /// `o_b_proj` `[hidden, groups * o_lora_rank]`.
+    pub o_b: Linear,
+    /// One sink logit per head.
+    pub sinks: Vec<f32>,
+    /// Query heads.
+    pub heads: usize,
+    /// Width of a head, and of the shared key/value.
+    pub head_dim: usize,
+    /// Trailing channels of each head that RoPE rotates.
+    pub rope_dim: usize,
+    /// Positions of the sliding window, the query's own included.
+    pub window: usize,
+    /// This layer's RoPE (`main` on sliding layers, `compress` on compressed ones).
+    pub rope: RopeTable,
+    /// The compressor of a compressed layer.
+    pub compressor: Option<Compressor>,
+    /// The Lightning indexer of a CSA layer.
+    pub indexer: Option<LightningIndexer>,
+}
+
+/// A compressor: per position raw `kv` and `gate` projections; per finished window one
+/// entry.
+#[derive(Clone, Debug)]
+pub struct Compressor {
+    /// Positions per window.
+    pub rate: usize,
+    /// Two interleaved series (CSA and its indexer), else one (HCA).
+    pub overlap: bool,
+    /// Width of an entry.
+    pub dim: usize,
+    /// `kv_proj` `[series * dim, hidden]`.
+    pub kv: Linear,
+    /// `gate_proj` `[series * dim, hidden]`.
+    pub gate: Linear,
+    /// `position_bias` `[rate, series * dim]`, added to the gates by offset in the window.
+    pub position_bias: Vec<f32>,
+    /// `kv_norm` `[dim]`.
+    pub norm: Vec<f32>,
+    /// The `compress` RoPE, at each entry's window start.
+    pub rope: RopeTable,
+    /// Trailing channels RoPE rotates.
+    pub rope_dim: usize,
+}
+
+/// The Lightning indexer of a CSA layer.
+#[derive(Clone, Debug)]
+pub struct LightningIndexer {
+    /// Its own compressor (two series, `index_head_dim` wide).
+    pub compressor: Compressor,
+    /// `q_b_proj` `[index_heads * index_head_dim, q_lora_rank]`.
+    pub q_b: Linear,
+    /// `weights_proj` `[index_heads, hidden]`.
+    pub weights: Linear,
+    /// Indexer heads.
+    pub heads: usize,
+    /// Entries each query keeps.
+    pub top_k: usize,
+}
+
+/// Buffers of the compressed attention.
+#[derive(Debug, Default)]
+pub(crate) struct CompressedScratch {
+    /// Low-rank queries `[n, q_lora_rank]`.
+    qr: Vec<f32>,
+    /// A compressor's raw projections `[n, series * dim]`.
+    raw_kv: Vec<f32>,
+    raw_gate: Vec<f32>,
+    /// Indexer queries `[n, index_heads * index_head_dim]` and head weights.
+    iq: Vec<f32>,
+    iw: Vec<f32>,
+    /// Each token's selected entries (`top_k` slots per token) and how many.
+    sel: Vec<u32>,
+    sel_len: Vec<usize>,
+    /// Index scores of one query over the finished entries.
+    index_scores: Vec<f32>,
+    /// Score rows of the attention tasks.
+    scores: Vec<f32>,
+    /// One head group's attention outputs `[n, group width]`, its low-rank outputs
+    /// `[n, o_lora_rank]`, and every group's `[n, groups * o_lora_rank]`.
+    group_in: Vec<f32>,
+    group_one: Vec<f32>,
+    group_out: Vec<f32>,
+    /// A window's slots (values and gate logits) and the entry being finished.
+    slot_values: Vec<f32>,
+    slot_logits: Vec<f32>,
+    entry: Vec<f32>,
+}
+
+impl CompressedScratch {
+    /// Floats held (the `u32`/`usize` rows counted as words).
+    pub(crate) fn floats(&self) -> usize {
+        [
+            &self.qr,
+            &self.raw_kv,
+            &self.raw_gate,
+            &self.iq,
+            &self.iw,
+            &self.index_scores,
+            &self.scores,
+            &self.group_in,
+            &self.group_one,
+            &self.group_out,
+            &self.slot_values,
+            &self.slot_logits,
+            &self.entry,
+        ]
+        .iter()
+        .map(|v| v.len())
+        .sum::<usize>()
+            + self.sel.len()
+            + 2 * self.sel_len.len()
+    }
+}
+
+impl Compressor {
+    /// Series in the projections.
+    fn series(&self) -> usize {
+        if self.overlap {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Floats it keeps per position: the raw `kv` and `gate`, and the entry slot.
+    pub fn width(&self) -> usize {
+        2 * self.series() * self.dim + self.dim
+    }
+
+    /// Offset of the entry within a position's row.
+    fn entry_offset(&self) -> usize {
+        2 * self.series() * self.dim
+    }
+
+    /// `{prefix}.kv_proj`, `.gate_proj`, `.position_bias`, `.kv_norm` (transformers'
+    /// names; the release's are mapped by the caller through `name`).
+    pub fn load(
+        dir: &ModelDir,
+        name: &dyn Fn(&str) -> String,
+        hidden: usize,
+        shape: (usize, usize, bool),
+        rope: RopeTable,
+        rope_dim: usize,
+    ) -> Result<Compressor> {
+        let (rate, dim, overlap) = shape;
+        let series = if overlap { 2 } else { 1 };
+        Ok(Compressor {
+            rate,
+            overlap,
+            dim,
+            kv: Linear::load(dir, &name("kv_proj"), series * dim, hidden)?,
+            gate: Linear::load(dir, &name("gate_proj"), series * dim, hidden)?,
+            position_bias: load_view_f32(dir, &name("position_bias"), &[rate, series * dim])?,
+            norm: load_vector(dir, &name("kv_norm"), dim)?,
+            rope,
+            rope_dim,
+        })
+    }
+
+    /// Projects the step's `n` rows of `xn` and writes them into positions
+    /// `start..start + n` of `side` (rows of `stride`, this compressor's part at `offset`),
+    /// then finishes every window those positions complete.
+    #[allow(clippy::too_many_arguments)]
+    fn advance(
+        &self,
+        xn: &[f32],
+        n: usize,
+        start: usize,
+        side: &mut [f32],
+        stride: usize,
+        offset: usize,
+        eps: f32,
+        s: &mut CompressedScratch,
+    ) {
+        let w = self.series() * self.dim;
+        let (kv, gate) = (&mut s.raw_kv[..n * w], &mut s.raw_gate[..n * w]);
+        Linear::forward_group([&self.kv, &self.gate], xn, n, [&mut *kv, &mut *gate]);
+        for t in 0..n {
+            let row = &mut side[(start + t) * stride + offset..][..self.width()];
+            row[..w].copy_from_slice(&kv[t * w..(t + 1) * w]);
+            row[w..2 * w].copy_from_slice(&gate[t * w..(t + 1) * w]);
+        }
+        for p in start..start + n {
+            if (p + 1).is_multiple_of(self.rate) {
+                self.finish(p / self.rate, side, stride, offset, eps, s);
+            }
+        }
+    }
+
+    /// Entry `win` (positions `win * rate ..= p`, with `p` the last) from the raw rows, into
+    /// position `p`'s entry slot.
+    fn finish(
+        &self,
+        win: usize,
+        side: &mut [f32],
+        stride: usize,
+        offset: usize,
+        eps: f32,
+        s: &mut CompressedScratch,
+    ) {
+        let (m, d) = (self.rate, self.dim);
+        let w = self.series() * d;
+        let first = win * m;
+        let entry = &mut s.entry[..d];
+        let logits = &mut s.slot_logits[..2 * m];
+        let values = &mut s.slot_values[..2 * m];
+        for (c, e) in entry.iter_mut().enumerate() {
+            // The slots: the previous window's first series (CSA, not for window 0), then
+            // this window's last series.
+            let mut k = 0;
+            if self.overlap && win > 0 {
+                for i in 0..m {
+                    let row = &side[(first - m + i) * stride + offset..];
+                    values[k] = row[c];
+                    logits[k] = row[w + c] + self.position_bias[i * w + c];
+                    k += 1;
+                }
+            }
+            let own = if self.overlap { d } else { 0 };
+            for i in 0..m {
+                let row = &side[(first + i) * stride + offset..];
+                values[k] = row[own + c];
+                logits[k] = row[w + own + c] + self.position_bias[i * w + own + c];
+                k += 1;
+            }
+            coli_kernels::softmax::softmax_inplace(&mut logits[..k]);
+            *e = values[..k]
+                .iter()
+                .zip(&logits[..k])
+                .fold(0.0, |acc, (v, p)| acc + v * p);
+        }
+        rms_norm_inplace(entry, &self.norm, eps);
+        rotate(&self.rope, self.rope_dim, first, entry, false);
+        let p = first + m - 1;
+        side[p * stride + offset + self.entry_offset()..][..d].copy_from_slice(entry);
+    }
+
+    /// Entry `win`, finished by position `(win + 1) * rate - 1`.
+    fn entry<'a>(&self, side: &'a [f32], stride: usize, offset: usize, win: usize) -> &'a [f32] {
+        let p = (win + 1) * self.rate - 1;
+        &side[p * stride + offset + self.entry_offset()..][..self.dim]
+    }
+}
+
+/// Loads a tensor of any shape as f32, checking the shape.
+fn load_view_f32(dir: &ModelDir, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    Ok(dir.tensor_shaped(name, shape)?.to_f32_vec()?)
+}
+
+/// RoPE on the trailing `rope_dim` channels of `head` at `pos`, interleaved pairs; `back`
+/// rotates by `-pos` (sin negated), as the attention output is.
+fn rotate(rope: &RopeTable, rope_dim: usize, pos: usize, head: &mut [f32], back: bool) {
+    let half = rope_dim / 2;
+    let mut cos = [0.0f32; MAX_ROT_HALF];
+    let mut sin = [0.0f32; MAX_ROT_HALF];
+    rope.cos_sin(pos, &mut cos[..half], &mut sin[..half]);
+    if back {
+        for v in &mut sin[..half] {
+            *v = -*v;
+        }
+    }
+    let hd = head.len();
+    apply_rope(
+        RopeLayout::Interleaved,
+        &mut head[hd - rope_dim..],
+        &cos[..half],
+        &sin[..half],
+    );
+}
+
+impl CompressedAttention {
+    /// Floats a position keeps in the cache's side rows (0 on a sliding layer).
+    pub fn side_width(&self) -> usize {
+        self.compressor.as_ref().map_or(0, Compressor::width)
+            + self.indexer.as_ref().map_or(0, |i| i.compressor.width())
+    }
+
+    /// The compression rate (0 on a sliding layer).
+    fn rate(&self) -> usize {
+        self.compressor.as_ref().map_or(0, |c| c.rate)
+    }
+
+    /// Sizes the buffers for `n` tokens at a context of `ctx` positions.
+    pub(crate) fn reserve(&self, s: &mut Scratch, n: usize, ctx: usize) {
+        let (hd, nh) = (self.head_dim, self.heads);
+        grow(&mut s.q, n * nh * hd);
+        grow(&mut s.k, n * hd);
+        grow(&mut s.attn, n * nh * hd);
+        let c = &mut s.v4;
+        grow(&mut c.qr, n * self.q_a.rows);
+        let groups = self.o_a.len();
+        let r = self.o_a.first().map_or(0, |l| l.rows);
+        grow(&mut c.group_in, n * nh * hd / groups.max(1));
+        grow(&mut c.group_one, n * r);
+        grow(&mut c.group_out, n * groups * r);
+        let entries = match self.rate() {
+            0 => 0,
+            r => ctx / r,
+        };
+        grow(
+            &mut c.scores,
+            ATTENTION_TASKS * (self.window.min(ctx) + entries),
+        );
+        for comp in self
+            .compressor
+            .iter()
+            .chain(self.indexer.iter().map(|i| &i.compressor))
+        {
+            let w = comp.series() * comp.dim;
+            grow(&mut c.raw_kv, n * w);
+            grow(&mut c.raw_gate, n * w);
+            grow(&mut c.slot_values, 2 * comp.rate);
+            grow(&mut c.slot_logits, 2 * comp.rate);
+            grow(&mut c.entry, comp.dim);
+        }
+        if let Some(ix) = &self.indexer {
+            grow(&mut c.iq, n * ix.heads * ix.compressor.dim);
+            grow(&mut c.iw, n * ix.heads);
+            grow(&mut c.sel, n * ix.top_k);
+            grow(&mut c.sel_len, n);
+            grow(&mut c.index_scores, entries);
+        }
+    }
+
+    /// The step's tokens (`s.xn` in, `s.proj` out), appending their keys and compressor
+    /// rows to `kv`.
+    pub(crate) fn forward(&self, st: &Step, kv: &mut KvCache, s: &mut Scratch) {
+        let (n, start, li) = (st.n, st.start, st.layer);
+        let h = st.model.info.hidden_size;
+        let (hd, nh, rd) = (self.head_dim, self.heads, self.rope_dim);
+        let eps = st.model.rms_norm_eps;
+        let xn = &s.xn[..n * h];
+        let qr = &mut s.v4.qr[..n * self.q_a.rows];
+        self.q_a.forward(xn, n, qr);
+        norm_rows_inplace(qr, &self.q_a_norm, eps);
+        let q = &mut s.q[..n * nh * hd];
+        self.q_b.forward(qr, n, q);
+        for (i, head) in q.chunks_exact_mut(hd).enumerate() {
+            rms_norm_unweighted_inplace(head, eps);
+            rotate(&self.rope, rd, start + i / nh, head, false);
+        }
+        let k = &mut s.k[..n * hd];
+        self.kv.forward(xn, n, k);
+        let keys = &mut kv.keys[li];
+        for (t, row) in k.chunks_exact_mut(hd).enumerate() {
+            rms_norm_inplace(row, &self.kv_norm, eps);
+            rotate(&self.rope, rd, start + t, row, false);
+            keys[(start + t) * hd..(start + t + 1) * hd].copy_from_slice(row);
+        }
+        let stride = self.side_width();
+        let side = &mut kv.index_keys[li];
+        if let Some(c) = &self.compressor {
+            c.advance(xn, n, start, side, stride, 0, eps, &mut s.v4);
+        }
+        if let Some(ix) = &self.indexer {
+            let off = self.compressor.as_ref().map_or(0, Compressor::width);
+            ix.compressor
+                .advance(xn, n, start, side, stride, off, eps, &mut s.v4);
+            self.select(ix, st, &kv.index_keys[li], stride, off, s);
+        }
+        self.attend(st, kv, s);
+        let attn = &mut s.attn[..n * nh * hd];
+        for (i, head) in attn.chunks_exact_mut(hd).enumerate() {
+            rotate(&self.rope, rd, start + i / nh, head, true);
+        }
+        self.output(n, h, s);
+    }
+
+    /// Each token's indexer selection: the `top_k` best-scoring finished entries (ties to
+    /// the earlier entry), in increasing order, into `s.v4.sel`.
+    fn select(
+        &self,
+        ix: &LightningIndexer,
+        st: &Step,
+        side: &[f32],
+        stride: usize,
+        off: usize,
+        s: &mut Scratch,
+    ) {
+        let (n, start, h) = (st.n, st.start, st.model.info.hidden_size);
+        let comp = &ix.compressor;
+        let (ih, id) = (ix.heads, comp.dim);
+        let c = &mut s.v4;
+        let (iq, iw) = (&mut c.iq[..n * ih * id], &mut c.iw[..n * ih]);
+        ix.q_b.forward(&c.qr[..n * self.q_a.rows], n, iq);
+        ix.weights.forward(&s.xn[..n * h], n, iw);
+        let (softmax_scale, weight_scale) = (1.0 / (id as f32).sqrt(), 1.0 / (ih as f32).sqrt());
+        for w in iw.iter_mut() {
+            *w *= weight_scale;
+        }
+        for t in 0..n {
+            let p = start + t;
+            for head in iq[t * ih * id..(t + 1) * ih * id].chunks_exact_mut(id) {
+                rotate(&comp.rope, comp.rope_dim, p, head, false);
+            }
+            let ready = (p + 1) / comp.rate;
+            let scores = &mut c.index_scores[..ready];
+            for (win, sc) in scores.iter_mut().enumerate() {
+                let key = comp.entry(side, stride, off, win);
+                let mut total = 0.0f32;
+                for (hq, &wt) in iq[t * ih * id..(t + 1) * ih * id]
+                    .chunks_exact(id)
+                    .zip(&iw[t * ih..(t + 1) * ih])
+                {
+                    total += dot_f32(hq, key).max(0.0) * softmax_scale * wt;
+                }
+                *sc = total;
+            }
+            let keep = ix.top_k.min(ready);
+            let sel = &mut c.sel[t * ix.top_k..t * ix.top_k + keep];
+            top_k_ascending(scores, sel);
+            c.sel_len[t] = keep;
+        }
+    }
+
+    /// Attention of every (token, head): the sliding window's keys, then the compressed
+    /// entries (every finished one on HCA layers, the selection on CSA layers), and the
+    /// head's sink.
+    fn attend(&self, st: &Step, kv: &KvCache, s: &mut Scratch) {
+        let (n, start, li) = (st.n, st.start, st.layer);
+        let (hd, nh) = (self.head_dim, self.heads);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let keys = &kv.keys[li][..];
+        let side = &kv.index_keys[li][..];
+        let stride = self.side_width();
+        let rate = self.rate();
+        let ctx = st.ctx();
+        let row_len = self.window.min(ctx) + ctx.checked_div(rate).unwrap_or(0);
+        let items = n * nh;
+        let per_task = items.div_ceil(ATTENTION_TASKS.min(items));
+        let q = &s.q[..n * nh * hd];
+        let (sel, sel_len) = (&s.v4.sel, &s.v4.sel_len);
+        let top_k = self.indexer.as_ref().map_or(0, |i| i.top_k);
+        s.attn[..n * nh * hd]
+            .par_chunks_mut(per_task * hd)
+            .zip(s.v4.scores[..items.div_ceil(per_task) * row_len].par_chunks_mut(row_len))
+            .enumerate()
+            .for_each(|(task, (outs, scores))| {
+                for (j, out) in outs.chunks_mut(hd).enumerate() {
+                    let i = task * per_task + j;
+                    let (t, head) = (i / nh, i % nh);
+                    let p = start + t;
+                    let qh = &q[i * hd..(i + 1) * hd];
+                    let first = (p + 1).saturating_sub(self.window);
+                    let mut used = 0;
+                    for pos in first..=p {
+                        scores[used] = dot_f32(qh, &keys[pos * hd..(pos + 1) * hd]) * scale;
+                        used += 1;
+                    }
+                    let entries: &[u32] = match (&self.compressor, &self.indexer) {
+                        (_, Some(_)) => &sel[t * top_k..t * top_k + sel_len[t]],
+                        _ => &[],
+                    };
+                    let all = match (&self.compressor, &self.indexer) {
+                        (Some(c), None) => (p + 1) / c.rate,
+                        _ => 0,
+                    };
+                    let entry = |k: usize| -> &[f32] {
+                        let win = if all > 0 { k } else { entries[k] as usize };
+                        self.compressor
+                            .as_ref()
+                            .map(|c| c.entry(side, stride, 0, win))
+                            .unwrap_or(&[])
+                    };
+                    let extra = all + entries.len();
+                    for k in 0..extra {
+                        scores[used + k] = dot_f32(qh, entry(k)) * scale;
+                    }
+                    let total = used + extra;
+                    softmax_with_sink(&mut scores[..total], self.sinks[head]);
+                    out.fill(0.0);
+                    for (pos, &pr) in (first..=p).zip(&scores[..used]) {
+                        for (o, &v) in out.iter_mut().zip(&keys[pos * hd..(pos + 1) * hd]) {
+                            *o += pr * v;
+                        }
+                    }
+                    for (k, &pr) in scores[used..total].iter().enumerate() {
+                        for (o, &v) in out.iter_mut().zip(entry(k)) {
+                            *o += pr * v;
+                        }
+                    }
+                }
+            });
+    }
+
+    /// The grouped output projection: each head group through its `o_a` block, then `o_b`.
+    fn output(&self, n: usize, h: usize, s: &mut Scratch) {
+        let groups = self.o_a.len();
+        let width = self.heads * self.head_dim / groups;
+        let r = self.o_a[0].rows;
+        let c = &mut s.v4;
+        let gi = &mut c.group_in[..n * width];
+        let go = &mut c.group_out[..n * groups * r];
+        let one = &mut c.group_one[..n * r];
+        for (g, block) in self.o_a.iter().enumerate() {
+            for t in 0..n {
+                let src = &s.attn[t * self.heads * self.head_dim + g * width..][..width];
+                gi[t * width..(t + 1) * width].copy_from_slice(src);
+            }
+            block.forward(gi, n, one);
+            for t in 0..n {
+                go[t * groups * r + g * r..][..r].copy_from_slice(&one[t * r..(t + 1) * r]);
+            }
+        }
+        self.o_b.forward(go, n, &mut s.proj[..n * h]);
+    }
+}
+
+/// The indices of the `out.len()` largest scores (ties to the lower index), ascending.
+fn top_k_ascending(scores: &[f32], out: &mut [u32]) {
+    // Selection by repeated scans (no allocation): k and the number of entries are small
+    // next to the attention itself.
+    for chosen in 0..out.len() {
+        let mut best: Option<usize> = None;
+        for (i, &v) in scores.iter().enumerate() {
+            if out[..chosen].contains(&(i as u32)) {
+                continue;
+            }
+            if best.is_none_or(|b| v > scores[b]) {
+                best = Some(i);
+            }
+        }
+        out[chosen] = best.expect("k is at most the number of scores") as u32;
+    }
+    out.sort_unstable();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_k_keeps_the_largest_and_breaks_ties_to_the_earlier_entry() {
+        let scores = [0.5f32, 2.0, -1.0, 2.0, 0.7];
+        let mut out = [0u32; 3];
+        top_k_ascending(&scores, &mut out);
+        assert_eq!(out, [1, 3, 4]);
+        let mut two = [0u32; 2];
+        top_k_ascending(&[1.0, 1.0, 1.0], &mut two);
+        assert_eq!(two, [0, 1]);
+    }
+}
