@@ -40,6 +40,8 @@ const MEASURED_BASELINE: &[(&str, u64)] = &[
     // 2026-12-01: 9.2-9.3 MiB on both fixtures of each.
     ("Qwen3-Next", 10 << 20),
     ("Qwen3.5-MoE", 10 << 20),
+    // 2026-12-02: 9.3-9.7 MiB on both DeepSeek-V4 fixtures.
+    ("DeepSeek-V4", 10 << 20),
 ];
 
 /// Expert buffers beyond the cache: reads in flight (4 I/O threads) and the buffer arena's

@@ -7,6 +7,7 @@ mod batching;
 mod chat_templates;
 mod config_aliases;
 mod convert;
+mod deepseek_v4;
 mod drafts;
 mod fuzz_seeded;
 mod gpt_oss;
