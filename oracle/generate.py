@@ -1097,6 +1097,123 @@ def v4_hub_state_dict(model):
     return stored
 
 
+# DeepSeek-V4-Flash's release quantization: the dense projections below in float8_e4m3fn with one
+# float8_e8m0fnu (ue8m0: a power of two 2^(b - 127)) scale per 128x128 block, stored as `X.scale`; the
+# routed experts in FP4 e2m1, two per byte (element 2i in the low nibble), as int8 [rows, cols / 2] with
+# an e8m0 scale per 32 along K, `X.scale` [rows, cols / 32]. Everything else (embed, head, norms, routers,
+# hc_*, attn_sink, ape, the compressors' wkv/wgate and the indexer's weights_proj: transformers'
+# _keep_in_fp32_modules for V4) stays BF16/F32 with no scale.
+V4_FP8_DENSE = r"^layers\.\d+\.(attn\.(wq_a|wq_b|wkv|wo_a|wo_b|indexer\.wq_b)|ffn\.shared_experts\.w[123])\.weight$"
+V4_FP4_EXPERT = r"^layers\.\d+\.ffn\.experts\.\d+\.w[123]\.weight$"
+V4_RELEASE_QUANT = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "scale_fmt": "ue8m0",
+                    "weight_block_size": [128, 128]}
+SAFETENSORS_DTYPES = {torch.bfloat16: "BF16", torch.float32: "F32", torch.int32: "I32", torch.int8: "I8",
+                      torch.float8_e4m3fn: "F8_E4M3", torch.float8_e8m0fnu: "F8_E8M0"}
+
+
+def v4_quantize_release(model, seed, block):
+    """The release's quantized tensors for `model` (hub names, v4_hub_state_dict's): {X.weight: (weight,
+    scale)}. FP8 projections: the model's values over 2^ceil(log2(block amax / 448)) (DeepSeek's ue8m0
+    rounding), cast to e4m3fn (round to nearest even); FP4 experts: random nibbles and scales 2^-5..2^-3
+    (quantize_gpt_oss_experts' ranges). The model itself is not touched (see v4_release_dequantize)."""
+    import re
+    br, bc = block
+    rng = np.random.default_rng(seed + 99)
+    stored = {}
+    for name, w in v4_hub_state_dict(model).items():
+        if re.match(V4_FP8_DENSE, name):
+            w = w.float()
+            rows, cols = w.shape
+            gr, gc = -(-rows // br), -(-cols // bc)
+            padded = torch.zeros(gr * br, gc * bc)
+            padded[:rows, :cols] = w
+            amax = padded.view(gr, br, gc, bc).abs().amax(dim=(1, 3))
+            assert bool((amax > 0).all()), name
+            e = torch.ceil(torch.log2(amax / 448.0))
+            full = torch.exp2(e).repeat_interleave(br, 0).repeat_interleave(bc, 1)[:rows, :cols]
+            q = (w / full).clamp(-448, 448).to(torch.float8_e4m3fn)
+            s = (e + 127).to(torch.uint8).view(torch.float8_e8m0fnu)
+        elif re.match(V4_FP4_EXPERT, name):
+            rows, cols = w.shape
+            assert cols % 32 == 0, name
+            q = torch.from_numpy(rng.integers(0, 256, size=(rows, cols // 2), dtype=np.uint8)).view(torch.int8)
+            s = torch.from_numpy(rng.integers(122, 125, size=(rows, cols // 32), dtype=np.uint8)).view(torch.float8_e8m0fnu)
+        else:
+            continue
+        stored[name] = (q.contiguous(), s.contiguous())
+    return stored
+
+
+def e4m3fn_decode(b):
+    """OCP FP8 E4M3FN by its definition: sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is
+    subnormal (m/8 * 2^-6); S.1111.111 is NaN; no infinities."""
+    b = b.astype(np.int64)
+    e, m = (b >> 3) & 15, b & 7
+    v = np.where(e == 0, m / 8.0 * 2.0 ** -6, (1.0 + m / 8.0) * np.exp2(e - 7.0))
+    v = np.where((b & 0x7F) == 0x7F, np.nan, v)
+    return np.where(b & 0x80, -v, v)
+
+
+def e8m0_decode(b):
+    """OCP E8M0: 2^(b - 127); 255 is NaN."""
+    return np.where(b == 255, np.nan, np.exp2(b.astype(np.float64) - 127.0))
+
+
+def v4_release_dequantize(raw, block):
+    """numpy, from the bytes: {name: (safetensors dtype, shape, uint8 bytes)} -> {name: torch tensor}, the
+    quantized weights (those with a sibling `X.scale`) dequantized to float32, their scales dropped; BF16
+    widened to F32; I32 kept. F8_E4M3 weights: e4m3fn * the e8m0 scale of their block (block[0] x
+    block[1], edge blocks partial); I8 weights: packed e2m1 (dequantize_mxfp4) * the e8m0 scale of their
+    32 columns."""
+    br, bc = block
+    out = {}
+    for name, (dt, shape, b) in raw.items():
+        if name.endswith(".scale"):
+            continue
+        sname = name[:-len("weight")] + "scale" if name.endswith(".weight") else None
+        if sname in raw:
+            sdt, sshape, sb = raw[sname]
+            assert sdt == "F8_E8M0", (sname, sdt)
+            scale = e8m0_decode(sb).reshape(sshape)
+            if dt == "F8_E4M3":
+                rows, cols = shape
+                assert list(sshape) == [-(-rows // br), -(-cols // bc)], (name, shape, sshape)
+                full = np.repeat(np.repeat(scale, br, 0), bc, 1)[:rows, :cols]
+                w = e4m3fn_decode(b).reshape(shape) * full
+            elif dt == "I8":
+                rows, half = shape
+                assert list(sshape) == [rows, 2 * half // 32], (name, shape, sshape)
+                w = dequantize_mxfp4(b.reshape(rows, 2 * half // 32, 16), sb.reshape(sshape))
+            else:
+                raise ValueError((name, dt))
+            assert np.isfinite(w).all(), name
+            out[name] = torch.from_numpy(w.astype(np.float32))
+        elif dt == "BF16":
+            out[name] = torch.from_numpy((b.view("<u2").astype(np.uint32) << 16).view("<f4").reshape(shape).copy())
+        elif dt == "F32":
+            out[name] = torch.from_numpy(b.view("<f4").reshape(shape).copy())
+        elif dt == "I32":
+            out[name] = torch.from_numpy(b.view("<i4").reshape(shape).copy())
+        else:
+            raise ValueError((name, dt))
+    return out
+
+
+def raw_tensors(tensors):
+    """{name: torch tensor} -> {name: (safetensors dtype, shape, little-endian bytes as uint8)}."""
+    return {k: (SAFETENSORS_DTYPES[t.dtype], list(t.shape), t.contiguous().view(-1).view(torch.uint8).numpy())
+            for k, t in tensors.items()}
+
+
+def read_safetensors_raw(path):
+    """A safetensors file read by its format (8-byte header length, JSON header, data), without safetensors."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = np.frombuffer(f.read(), dtype=np.uint8)
+    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in header.items() if k != "__metadata__"}
+
 def v4_from_hub_state_dict(hub, cfg):
     """coli's own reading of the hub names back to transformers' (the forward direction, written
     independently of V4_HUB_RENAMES): a cross-check of v4_hub_state_dict besides transformers' loader."""
@@ -1268,13 +1385,17 @@ def v4_cache_checks(model, ids, logits):
     return res
 
 
-def build_v4(name, seed, gain=4.0, bias_shift=0.0, seq_len=SEQ_LEN, hub=None, expect=None, **kw):
+def build_v4(name, seed, gain=4.0, bias_shift=0.0, seq_len=SEQ_LEN, hub=None, expect=None, quant=None, **kw):
     """A DeepSeek-V4 fixture. hub=None: `kw` is the transformers config, saved by save_pretrained in
     transformers' own layout (save_original_format=False: model.layers.N..., fused experts; its default
     writes a half-reverted mix of hub and transformers names). hub=dict: config.json is that dict as
     DeepSeek's hub configs spell it (legacy keys the config class folds in), and model.safetensors holds
     the hub's tensor names (v4_hub_state_dict); transformers must read it back to the same logits.
-    `expect`: config attributes the config class must have derived (from the legacy keys)."""
+    `expect`: config attributes the config class must have derived (from the legacy keys).
+    `quant` (hub only): the FP8 block, [128, 128] in the release; the file then holds the release's
+    quantized tensors (v4_quantize_release) and the model, so the reference, runs on their values as
+    v4_release_dequantize (numpy, from the bytes) reads them; transformers' loader (its FP8 quantizer,
+    dequantizing) must read the file back to the same logits."""
     if ONLY and name not in ONLY:
         return
     import tempfile
@@ -1304,6 +1425,22 @@ def build_v4(name, seed, gain=4.0, bias_shift=0.0, seq_len=SEQ_LEN, hub=None, ex
               f", attention_scaling {getattr(rot, kind + '_attention_scaling')}")
         assert getattr(rot, kind + "_attention_scaling") == 1.0
     v4_init(model, seed, gain, bias_shift)
+    stored = None
+    if quant:
+        stored = v4_quantize_release(model, seed, quant)
+        hub_sd = v4_hub_state_dict(model)
+        for k, (q, s) in stored.items():
+            hub_sd[k], hub_sd[k[:-len("weight")] + "scale"] = q, s
+        deq = v4_release_dequantize(raw_tensors(hub_sd), quant)
+        for k, (q, s) in stored.items():  # numpy's e4m3fn / e8m0 decoding against torch's casts
+            if q.dtype == torch.float8_e4m3fn:
+                full = s.float().repeat_interleave(quant[0], 0).repeat_interleave(quant[1], 1)[:q.shape[0], :q.shape[1]]
+                assert torch.equal(deq[k], q.float() * full), k
+        missing, unexpected = model.load_state_dict(v4_from_hub_state_dict(deq, cfg), strict=False)
+        assert not unexpected and all("rotary_emb" in k for k in missing), (missing, unexpected)
+        n8 = sum(q.dtype == torch.float8_e4m3fn for q, _ in stored.values())
+        print(f"  quantized: {n8} FP8 projections ({quant[0]}x{quant[1]} ue8m0 blocks), "
+              f"{len(stored) - n8} FP4 expert matrices (e8m0 per 32)")
     router_gaps, index_gaps, clamps = v4_guards(model)
     ref, logits = reference(model, cfg.vocab_size, seed, seq_len)
     t = torch.tensor([ref["ids"]])
@@ -1339,7 +1476,12 @@ def build_v4(name, seed, gain=4.0, bias_shift=0.0, seq_len=SEQ_LEN, hub=None, ex
         shutil.copy(os.path.join(tmp, "config.json"), os.path.join(out, "config.json"))
         shutil.rmtree(tmp)
         sd = v4_hub_state_dict(model)
+        for k, (q, s) in (stored or {}).items():
+            assert torch.equal(sd[k].float(), deq[k]), k  # the dequantized values are exact in bf16
+            sd[k], sd[k[:-len("weight")] + "scale"] = q, s
         save_file(sd, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+        if stored:  # what follows reads the file: numpy's dequantization of its bytes
+            sd = v4_release_dequantize(read_safetensors_raw(os.path.join(out, "model.safetensors")), quant)
         # Our own reading of the names back, independent of transformers' conversion mapping ...
         mine = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
         missing, unexpected = mine.load_state_dict(v4_from_hub_state_dict(sd, cfg), strict=False)
@@ -1347,10 +1489,20 @@ def build_v4(name, seed, gain=4.0, bias_shift=0.0, seq_len=SEQ_LEN, hub=None, ex
         with torch.no_grad():
             assert np.array_equal(mine(t).logits[0].float().numpy(), logits), "hub names read back differ"
         # ... and transformers' (conversion_mapping.py "deepseek_v4" renames + expert merge on load).
+        load_kw = {}
+        if quant:  # transformers' FP8 quantizer, dequantizing on load (its only mode on CPU)
+            from transformers import FineGrainedFP8Config
+            load_kw["quantization_config"] = FineGrainedFP8Config(dequantize=True)
         again, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
-                                                           output_loading_info=True)
+                                                           output_loading_info=True, **load_kw)
         print(f"  transformers loading info: { {k: v for k, v in info.items() if v} }")
         again.eval()
+        if quant:  # the same weights as numpy's dequantization, in plain (not FP8) modules
+            ours = model.state_dict()
+            for k, v in again.state_dict().items():
+                assert v.dtype == ours[k].dtype or not v.is_floating_point(), (k, v.dtype)  # tid2eid: int32 there
+                assert torch.equal(v.to(ours[k].dtype), ours[k]), k
+            assert not any("FP8" in type(m).__name__ for m in again.modules())
     with torch.no_grad():
         back = again(t).logits[0].float().numpy()
     assert np.array_equal(back, logits), f"transformers reads {name} back to other logits: {np.abs(back - logits).max()}"
@@ -1365,6 +1517,11 @@ def build_v4(name, seed, gain=4.0, bias_shift=0.0, seq_len=SEQ_LEN, hub=None, ex
     ref["checks"] = {"router_min_gap": min(router_gaps), "indexer_min_rel_gap": min(index_gaps),
                      "swiglu_clamps_reference_forward": ref_clamps,
                      "cached_max_rel_diff": cached}
+    if quant:
+        ref["checks"]["quantization"] = (
+            f"FP8 e4m3fn dense projections, ue8m0 scale per {quant[0]}x{quant[1]} block; FP4 e2m1 routed experts, "
+            "ue8m0 scale per 32 along K. Reference = transformers (f32) on the weights numpy dequantizes from "
+            "the file's bytes; transformers' own loader (FineGrainedFP8Config(dequantize=True)) gives the same logits")
     with open(os.path.join(out, "reference.json"), "w") as f:
         json.dump(ref, f)
     m = np.array(ref["top2_margin"]) / np.maximum(np.array(ref["max_abs_logit"]), 1e-9)
@@ -1421,6 +1578,36 @@ def deepseek_v4():
                                                  "original_max_position_embeddings": 64, "beta_fast": 32,
                                                  "beta_slow": 1, "attention_factor": 1.0,
                                                  "partial_rotary_factor": 0.5}}})
+    # As DeepSeek ships V4-Flash, quantized: FP8 e4m3fn dense projections with a ue8m0 (power of two)
+    # scale per 128x128 block (`X.scale`), FP4 e2m1 routed experts (int8, two per byte) with a ue8m0
+    # scale per 32 along K, the config's quantization_config and top-level expert_dtype (see
+    # V4_FP8_DENSE). Blocks: wq_b [256, 32] is two row blocks, the rest one partial block each
+    # (transformers' dequantization infers the block from the grid, so ragged multi-block edges, which
+    # the release never has, would not load there). hidden and moe_intermediate_size multiples of 32;
+    # CSA (hash routing) first, then HCA, then sliding; sqrtsoftplus routing, 4 mHC streams, 8 heads.
+    build_v4("deepseek_v4_fp4_release", 181, quant=(128, 128), hub={
+        "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "vocab_size": 256,
+        "hidden_size": 32, "moe_intermediate_size": 64, "num_hidden_layers": 3, "num_attention_heads": 8,
+        "num_key_value_heads": 1, "head_dim": 32, "qk_rope_head_dim": 8, "q_lora_rank": 32, "o_lora_rank": 16,
+        "o_groups": 2, "compress_ratios": [4, 128, 0, 0], "compress_rate_csa": 4, "compress_rate_hca": 8,
+        "sliding_window": 6, "rope_theta": 10000, "compress_rope_theta": 160000,
+        "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 16, "beta_fast": 32,
+                         "beta_slow": 1},
+        "max_position_embeddings": 256, "index_n_heads": 8, "index_head_dim": 16, "index_topk": 3,
+        "num_hash_layers": 1, "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+        "norm_topk_prob": True, "routed_scaling_factor": 1.5, "scoring_func": "sqrtsoftplus", "topk_method": "noaux_tc",
+        "swiglu_limit": 1.5, "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6, "rms_norm_eps": 1e-6,
+        "hidden_act": "silu", "num_nextn_predict_layers": 1, "tie_word_embeddings": False, "bos_token_id": 1,
+        "eos_token_id": 2, "torch_dtype": "bfloat16", "expert_dtype": "fp4",
+        "quantization_config": dict(V4_RELEASE_QUANT)},
+        expect={"layer_types": ["compressed_sparse_attention", "heavily_compressed_attention", "sliding_attention"],
+                "mlp_layer_types": ["hash_moe", "moe", "moe"],
+                "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+                "partial_rotary_factor": 0.25, "qk_rope_head_dim": 8, "hc_mult": 4, "scoring_func": "sqrtsoftplus",
+                "quantization_config": dict(V4_RELEASE_QUANT, expert_dtype="fp4"),
+                "rope_parameters": {"main": {"rope_type": "default", "rope_theta": 10000},
+                                    "compress": {"rope_type": "yarn", "rope_theta": 160000, "factor": 16,
+                                                 "original_max_position_embeddings": 16, "attention_factor": 1.0}}})
 
 
 def dequantize_container(d):

@@ -18,6 +18,14 @@ pub enum DType {
     I8,
     /// Unsigned byte (coli int4 containers pack two 4-bit values per byte).
     U8,
+    /// 8-bit power of two, `2^(b - 127)`, 255 is NaN (`float8_e8m0fnu`): block scales as
+    /// DeepSeek-V4 ships them (`scale_fmt: "ue8m0"`). Never a weight matrix.
+    F8E8M0,
+    /// Signed 32-bit integer (index tables: DeepSeek-V4's `tid2eid` as the release ships
+    /// it). Never a weight matrix.
+    I32,
+    /// Signed 64-bit integer (index tables as `transformers` saves them).
+    I64,
 }
 
 /// `float8_e4m3fn` → f32 for every byte (exact: every e4m3 value is an f32).
@@ -61,7 +69,9 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::BF16 | DType::F16 => 2,
-            DType::F8E4M3 | DType::I8 | DType::U8 => 1,
+            DType::F8E4M3 | DType::I8 | DType::U8 | DType::F8E8M0 => 1,
+            DType::I32 => 4,
+            DType::I64 => 8,
         }
     }
 
@@ -74,6 +84,9 @@ impl DType {
             DType::F8E4M3 => "F8_E4M3",
             DType::I8 => "I8",
             DType::U8 => "U8",
+            DType::F8E8M0 => "F8_E8M0",
+            DType::I32 => "I32",
+            DType::I64 => "I64",
         }
     }
 
@@ -86,11 +99,15 @@ impl DType {
             "F8_E4M3" => Some(DType::F8E4M3),
             "I8" => Some(DType::I8),
             "U8" => Some(DType::U8),
+            "F8_E8M0" => Some(DType::F8E8M0),
+            "I32" => Some(DType::I32),
+            "I64" => Some(DType::I64),
             _ => None,
         }
     }
 
-    /// Converts little-endian stored elements to f32. Exact for every dtype here.
+    /// Converts little-endian stored elements to f32. Exact for every float dtype here, and
+    /// for integers up to 2^24 in magnitude (larger ones round to the nearest f32).
     pub fn to_f32(self, bytes: &[u8], out: &mut [f32]) {
         let n = bytes.len() / self.size();
         assert_eq!(
@@ -131,6 +148,21 @@ impl DType {
                     *o = b as f32;
                 }
             }
+            DType::F8E8M0 => {
+                for (o, &b) in out.iter_mut().zip(bytes) {
+                    *o = e8m0_to_f32(b);
+                }
+            }
+            DType::I32 => {
+                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *o = i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32;
+                }
+            }
+            DType::I64 => {
+                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+                    *o = i64::from_le_bytes(c.try_into().expect("8 bytes")) as f32;
+                }
+            }
         }
     }
 
@@ -145,6 +177,16 @@ impl DType {
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.safetensors_name())
+    }
+}
+
+/// E8M0 to f32: `2^(b - 127)` (exact, including 2^-127, an f32 subnormal); 255 is NaN.
+#[inline]
+pub fn e8m0_to_f32(b: u8) -> f32 {
+    match b {
+        255 => f32::NAN,
+        0 => f32::from_bits(1 << 22),
+        b => f32::from_bits((b as u32) << 23),
     }
 }
 
@@ -184,6 +226,15 @@ mod tests {
             assert_eq!(v, want, "{b:#x}");
         }
         assert_eq!(FP8_E4M3_TABLE[0x7E], 448.0);
+    }
+
+    #[test]
+    fn e8m0_is_a_power_of_two_by_the_specification() {
+        for b in 0..255u8 {
+            assert_eq!(e8m0_to_f32(b) as f64, 2f64.powi(b as i32 - 127), "{b}");
+        }
+        assert!(e8m0_to_f32(255).is_nan());
+        assert_eq!(DType::F8E8M0.to_f32_vec(&[127, 130]), vec![1.0, 8.0]);
     }
 
     #[test]

@@ -311,6 +311,10 @@ fn plan_units(dir: &ModelDir, opts: &ConvertOptions) -> Result<ConvertPlan> {
         if l.scales().is_some() {
             dropped.push(format!("{name}_scale_inv"));
             dropped.push(format!("{name}_scale"));
+            // DeepSeek-V4's FP8 and FP4 scales: `{stem}.scale` beside `{stem}.weight`.
+            if let Some(stem) = name.strip_suffix(".weight") {
+                dropped.push(format!("{stem}.scale"));
+            }
         }
     }
     dropped.sort_unstable();
@@ -515,9 +519,17 @@ fn copy_side_files(input: &Path, tmp: &Path, fail: &dyn Fn(String) -> ModelError
 /// The config, with `quantization_config` dropped when no FP8 tensor is left.
 fn write_config(dir: &ModelDir, fp8_left: bool, tmp: &Path) -> Result<()> {
     let mut cfg = dir.config.as_written.clone();
-    if !fp8_left {
-        if let Some(o) = cfg.as_object_mut() {
+    if let Some(o) = cfg.as_object_mut() {
+        if !fp8_left {
             o.remove("quantization_config");
+        }
+        // Routed experts are always rewritten: DeepSeek-V4's FP4 ones are no longer FP4.
+        o.remove("expert_dtype");
+        if let Some(q) = o
+            .get_mut("quantization_config")
+            .and_then(|q| q.as_object_mut())
+        {
+            q.remove("expert_dtype");
         }
     }
     let text = serde_json::to_string_pretty(&coli_core::write::sorted_keys(cfg)).expect("json");

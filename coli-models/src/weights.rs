@@ -10,16 +10,23 @@ use crate::error::Result;
 /// Columns per scale in coli's int4 containers.
 pub const INT4_GROUP: usize = 64;
 
-/// The kernel format of a stored dtype (`U8` weights are coli's packed int4).
-pub fn wformat(d: DType) -> WFormat {
+/// The kernel format of a stored dtype (`U8` weights are coli's packed int4); `None` for
+/// the integer dtypes of index tables, which are never matrices.
+pub fn wformat(d: DType) -> Option<WFormat> {
     match d {
-        DType::F32 => WFormat::F32,
-        DType::BF16 => WFormat::BF16,
-        DType::F16 => WFormat::F16,
-        DType::F8E4M3 => WFormat::F8E4M3,
-        DType::I8 => WFormat::I8,
-        DType::U8 => WFormat::I4,
+        DType::F32 => Some(WFormat::F32),
+        DType::BF16 => Some(WFormat::BF16),
+        DType::F16 => Some(WFormat::F16),
+        DType::F8E4M3 => Some(WFormat::F8E4M3),
+        DType::I8 => Some(WFormat::I8),
+        DType::U8 => Some(WFormat::I4),
+        DType::I32 | DType::I64 | DType::F8E8M0 => None,
     }
+}
+
+/// [`wformat`] for the bf16/f16/f32 tensors the callers have already checked.
+fn float_format(d: DType) -> WFormat {
+    wformat(d).expect("checked to be a float dtype")
 }
 
 /// A linear layer `y = W x (+ b)` with `W` stored `[rows, cols]`, read in place from the mapping.
@@ -81,7 +88,10 @@ impl Linear {
     pub fn load(dir: &ModelDir, name: &str, rows: usize, cols: usize) -> Result<Linear> {
         let view = dir.tensor(name)?;
         let dtype = view.dtype()?;
-        let fmt = wformat(dtype);
+        let fmt = wformat(dtype).ok_or_else(|| crate::error::ModelError::BadTensor {
+            name: name.to_string(),
+            msg: format!("a weight matrix cannot be {dtype}"),
+        })?;
         view.expect_shape(&[rows, fmt.row_bytes(cols) / fmt.size()])?;
         let (scale_name, block) = match dtype {
             DType::F8E4M3 => {
@@ -91,7 +101,7 @@ impl Linear {
                         format!("{name} is FP8 but the config has no weight_block_size"),
                     )
                 })?;
-                (format!("{name}_scale_inv"), Some(b))
+                (fp8_scale_name(dir, name), Some(b))
             }
             DType::I8 => (format!("{name}_scale"), Some((1, cols))),
             DType::U8 => (format!("{name}_scale"), Some((1, INT4_GROUP))),
@@ -122,6 +132,71 @@ impl Linear {
             cols,
             bias: None,
             scales,
+        })
+    }
+
+    /// An FP4 matrix as DeepSeek-V4 ships its routed experts: `name` `[rows, cols / 2]`
+    /// (I8 or U8, two `e2m1` values per byte, even column low) and one scale per 32
+    /// columns, `{stem}.scale` `[rows, cols / 32]` (`stem` is `name` without `.weight`),
+    /// as E8M0 (`ue8m0`) or F32. Errors name the tensor: a width that is not whole blocks,
+    /// a NaN or non-finite scale, another dtype.
+    pub fn load_fp4(dir: &ModelDir, name: &str, rows: usize, cols: usize) -> Result<Linear> {
+        const BLOCK: usize = 32;
+        let bad = |n: &str, msg: String| crate::error::ModelError::BadTensor {
+            name: n.to_string(),
+            msg,
+        };
+        if !cols.is_multiple_of(BLOCK) {
+            return Err(bad(
+                name,
+                format!("FP4 rows of {cols} elements are not whole blocks of {BLOCK}"),
+            ));
+        }
+        let view = dir.tensor_shaped(name, &[rows, cols / 2])?;
+        if !matches!(view.dtype_name.as_str(), "I8" | "U8") {
+            return Err(bad(
+                name,
+                format!(
+                    "FP4 weights are packed in I8 or U8, found {}",
+                    view.dtype_name
+                ),
+            ));
+        }
+        let scale_name = format!("{}.scale", name.strip_suffix(".weight").unwrap_or(name));
+        let s = dir.tensor_shaped(&scale_name, &[rows, cols / BLOCK])?;
+        let values = match s.dtype()? {
+            DType::F8E8M0 => {
+                let raw = s.read_bytes()?;
+                if let Some(i) = raw.iter().position(|&b| b == 255) {
+                    return Err(bad(&scale_name, format!("scale {i} is 255, NaN in E8M0")));
+                }
+                ScaleValues::E8M0(raw.into())
+            }
+            DType::F32 | DType::BF16 => {
+                let v = s.to_f32_vec()?;
+                if let Some(x) = v.iter().find(|x| !x.is_finite()) {
+                    return Err(bad(&scale_name, format!("scale {x} is not finite")));
+                }
+                ScaleValues::F32(v.into())
+            }
+            other => {
+                return Err(bad(
+                    &scale_name,
+                    format!("FP4 scales are F8_E8M0, F32 or BF16, found {other}"),
+                ))
+            }
+        };
+        Ok(Linear {
+            view,
+            fmt: WFormat::F4E2M1,
+            rows,
+            cols,
+            bias: None,
+            scales: Some(Scales {
+                values,
+                block_rows: 1,
+                block_cols: BLOCK,
+            }),
         })
     }
 
@@ -223,7 +298,7 @@ impl Linear {
         slice.shape = vec![parts, rows, cols];
         Ok(Linear {
             view: slice.outer(part)?,
-            fmt: wformat(dtype),
+            fmt: float_format(dtype),
             rows,
             cols,
             bias: None,
@@ -257,7 +332,7 @@ impl Linear {
             .map(|g| {
                 Ok(Linear {
                     view: all.outer(g)?,
-                    fmt: wformat(dtype),
+                    fmt: float_format(dtype),
                     rows,
                     cols,
                     bias: None,
@@ -358,6 +433,19 @@ impl Linear {
     /// Row `r` of the weight converted to f32 (embedding lookup).
     pub fn row_f32(&self, r: usize, out: &mut [f32]) {
         self.mat().dequant_row(r, out)
+    }
+}
+
+/// Where an FP8 matrix's block scales are: `{name}_scale_inv` (DeepSeek-V3, GLM), else
+/// `{stem}.scale` (DeepSeek-V4, as F8_E8M0 powers of two), `stem` being `name` without
+/// `.weight`.
+fn fp8_scale_name(dir: &ModelDir, name: &str) -> String {
+    let inv = format!("{name}_scale_inv");
+    match name.strip_suffix(".weight") {
+        Some(stem) if !dir.has(&inv) && dir.has(&format!("{stem}.scale")) => {
+            format!("{stem}.scale")
+        }
+        _ => inv,
     }
 }
 

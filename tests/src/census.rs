@@ -22,6 +22,10 @@ pub enum Census {
     /// Qwen3.5-35B-A3B as the hub ships it: 40 hybrid layers x 256 BF16 experts fused per
     /// layer, under `model.language_model` beside a vision tower, 14 shards.
     Qwen35Moe35b,
+    /// DeepSeek-V4-Flash's geometry and the release's tensor names, in BF16 (the release
+    /// stores FP8 dense and FP4 experts, which coli does not read yet): 43 layers x 256
+    /// experts, 46 shards.
+    DeepseekV4FlashBf16,
 }
 
 impl Census {
@@ -33,6 +37,7 @@ impl Census {
             "minimax-m2" => Some(Census::MiniMaxM2),
             "qwen3-next-80b" => Some(Census::Qwen3Next80b),
             "qwen3.5-35b" => Some(Census::Qwen35Moe35b),
+            "deepseek-v4-flash-bf16" => Some(Census::DeepseekV4FlashBf16),
             _ => None,
         }
     }
@@ -46,6 +51,14 @@ pub fn write_census(dir: &Path, which: Census) -> std::io::Result<usize> {
         Census::MiniMaxM2 => minimax_m2(),
         Census::Qwen3Next80b => qwen3_next_80b(),
         Census::Qwen35Moe35b => qwen3_5_35b(),
+        Census::DeepseekV4FlashBf16 => {
+            let (layers, experts) = (43, 256);
+            let mut t = v4_top();
+            v4_layers(&mut t, layers, experts);
+            let mut config = v4_flash_config(layers, experts);
+            config["coli_synthetic_census"] = true.into();
+            (t, 46, config)
+        }
     };
     write_sparse(dir, &tensors, shards, &config)
 }
@@ -428,6 +441,119 @@ fn qwen3_5_35b() -> (Vec<Entry>, usize, serde_json::Value) {
         "eos_token_id": 248046, "coli_synthetic_census": true,
     });
     (t, 14, config)
+}
+
+/// DeepSeek-V4-Flash's shape: hidden, vocab, heads, head_dim, q_lora_rank, expert width,
+/// head groups, group rank, indexer heads, indexer width, streams.
+pub(crate) const V4_FLASH: [usize; 11] = [4096, 129_280, 64, 512, 1024, 2048, 8, 1024, 64, 128, 4];
+
+/// DeepSeek-V4's tensors outside the layers, with the release's names.
+pub(crate) fn v4_top() -> Vec<Entry> {
+    let [h, vocab, .., hc] = V4_FLASH;
+    vec![
+        ("embed.weight".into(), "BF16", vec![vocab, h]),
+        ("head.weight".into(), "BF16", vec![vocab, h]),
+        ("norm.weight".into(), "BF16", vec![h]),
+        ("hc_head_fn".into(), "F32", vec![hc, hc * h]),
+        ("hc_head_base".into(), "F32", vec![hc]),
+        ("hc_head_scale".into(), "F32", vec![1]),
+    ]
+}
+
+/// The compression rate of DeepSeek-V4's layer `l` by the configuration's default
+/// schedule: two HCA layers (128), then HCA and CSA (4) alternating.
+pub(crate) fn v4_rate(l: usize) -> usize {
+    if l >= 2 && (l - 2) % 2 == 1 {
+        4
+    } else {
+        128
+    }
+}
+
+/// DeepSeek-V4-Flash's decoder layers with the release's names (BF16; the first three
+/// route by the token table).
+pub(crate) fn v4_layers(t: &mut Vec<Entry>, layers: usize, experts: usize) {
+    let [h, vocab, heads, hd, qr, inter, groups, orank, ih, id, hc] = V4_FLASH;
+    let bf = |n: String, shape: Vec<usize>| (n, "BF16", shape);
+    let f32 = |n: String, shape: Vec<usize>| (n, "F32", shape);
+    for l in 0..layers {
+        let p = format!("layers.{l}");
+        t.push(bf(format!("{p}.attn_norm.weight"), vec![h]));
+        t.push(bf(format!("{p}.ffn_norm.weight"), vec![h]));
+        for which in ["attn", "ffn"] {
+            t.push(f32(
+                format!("{p}.hc_{which}_fn"),
+                vec![(2 + hc) * hc, hc * h],
+            ));
+            t.push(f32(format!("{p}.hc_{which}_base"), vec![(2 + hc) * hc]));
+            t.push(f32(format!("{p}.hc_{which}_scale"), vec![3]));
+        }
+        let a = format!("{p}.attn");
+        t.push(bf(format!("{a}.wq_a.weight"), vec![qr, h]));
+        t.push(bf(format!("{a}.q_norm.weight"), vec![qr]));
+        t.push(bf(format!("{a}.wq_b.weight"), vec![heads * hd, qr]));
+        t.push(bf(format!("{a}.wkv.weight"), vec![hd, h]));
+        t.push(bf(format!("{a}.kv_norm.weight"), vec![hd]));
+        t.push(bf(
+            format!("{a}.wo_a.weight"),
+            vec![groups * orank, heads * hd / groups],
+        ));
+        t.push(bf(format!("{a}.wo_b.weight"), vec![h, groups * orank]));
+        t.push(f32(format!("{a}.attn_sink"), vec![heads]));
+        let rate = v4_rate(l);
+        let series = if rate == 4 { 2 } else { 1 };
+        let c = format!("{a}.compressor");
+        t.push(bf(format!("{c}.wkv.weight"), vec![series * hd, h]));
+        t.push(bf(format!("{c}.wgate.weight"), vec![series * hd, h]));
+        t.push(f32(format!("{c}.ape"), vec![rate, series * hd]));
+        t.push(bf(format!("{c}.norm.weight"), vec![hd]));
+        if rate == 4 {
+            let i = format!("{a}.indexer");
+            t.push(bf(format!("{i}.compressor.wkv.weight"), vec![2 * id, h]));
+            t.push(bf(format!("{i}.compressor.wgate.weight"), vec![2 * id, h]));
+            t.push(f32(format!("{i}.compressor.ape"), vec![4, 2 * id]));
+            t.push(bf(format!("{i}.compressor.norm.weight"), vec![id]));
+            t.push(bf(format!("{i}.wq_b.weight"), vec![ih * id, qr]));
+            t.push(bf(format!("{i}.weights_proj.weight"), vec![ih, h]));
+        }
+        let f = format!("{p}.ffn");
+        t.push(bf(format!("{f}.gate.weight"), vec![experts, h]));
+        if l < 3 {
+            t.push((format!("{f}.gate.tid2eid"), "I32", vec![vocab, 6]));
+        } else {
+            t.push(f32(format!("{f}.gate.bias"), vec![experts]));
+        }
+        for (n, r, c) in [("w1", inter, h), ("w3", inter, h), ("w2", h, inter)] {
+            t.push(bf(format!("{f}.shared_experts.{n}.weight"), vec![r, c]));
+        }
+        for e in 0..experts {
+            for (n, r, c) in [("w1", inter, h), ("w3", inter, h), ("w2", h, inter)] {
+                t.push(bf(format!("{f}.experts.{e}.{n}.weight"), vec![r, c]));
+            }
+        }
+    }
+}
+
+/// DeepSeek-V4-Flash's config.json keys (the release's legacy spelling) for `layers` layers
+/// of `experts` experts.
+pub(crate) fn v4_flash_config(layers: usize, experts: usize) -> serde_json::Value {
+    let ratios: Vec<usize> = (0..layers).map(v4_rate).collect();
+    serde_json::json!({
+        "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
+        "vocab_size": V4_FLASH[1], "hidden_size": V4_FLASH[0], "num_hidden_layers": layers,
+        "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512,
+        "qk_rope_head_dim": 64, "q_lora_rank": 1024, "o_groups": 8, "o_lora_rank": 1024,
+        "moe_intermediate_size": 2048, "n_routed_experts": experts, "n_shared_experts": 1,
+        "num_experts_per_tok": 6, "scoring_func": "sqrtsoftplus", "routed_scaling_factor": 1.5,
+        "num_hash_layers": 3, "compress_ratios": ratios, "sliding_window": 128,
+        "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512, "hc_mult": 4,
+        "hc_sinkhorn_iters": 20, "hc_eps": 1e-6, "swiglu_limit": 10.0, "rms_norm_eps": 1e-6,
+        "rope_theta": 10000, "compress_rope_theta": 160000,
+        "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 65536,
+                         "beta_fast": 32, "beta_slow": 1},
+        "max_position_embeddings": 1_048_576, "tie_word_embeddings": false,
+        "bos_token_id": 0, "eos_token_id": 1,
+    })
 }
 
 /// Spreads `tensors` over `shards` sparse files (headers only), with the index and config.

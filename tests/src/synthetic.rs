@@ -574,6 +574,95 @@ pub fn write_qwen3_next(
     write_json(&dir.join("config.json"), &config)
 }
 
+/// DeepSeek-V4-Flash's layer geometry (hidden 4096, 64 heads of 512, hyper-connections of
+/// 4 streams, CSA and HCA layers, 3 hash-routed layers first) with `layers` layers and
+/// `experts` BF16 experts each, the release's tensor names and config spelling, random
+/// weights. Reports `(layers done, layers)`.
+pub fn write_deepseek_v4(
+    dir: &Path,
+    layers: usize,
+    experts: usize,
+    mut progress: impl FnMut(usize, usize),
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut rng = Rng(0x5EED_0F0E_57D0_0004);
+    let mut entries = crate::census::v4_top();
+    crate::census::v4_layers(&mut entries, layers, experts);
+    let fill = |rng: &mut Rng, name: &str, dtype: &str, shape: &[usize]| -> TensorData {
+        let cols = *shape.last().expect("shape");
+        let n: usize = shape.iter().product();
+        if name.ends_with("tid2eid") {
+            // `cols` distinct experts per token.
+            let mut bytes = Vec::with_capacity(n * 4);
+            for _ in 0..shape[0] {
+                let mut row: Vec<i32> = Vec::with_capacity(cols);
+                while row.len() < cols {
+                    let e = (rng.next() % experts as u64) as i32;
+                    if !row.contains(&e) {
+                        row.push(e);
+                    }
+                }
+                bytes.extend(row.iter().flat_map(|e| e.to_le_bytes()));
+            }
+            return TensorData {
+                dtype: DType::I32,
+                shape: shape.to_vec(),
+                bytes,
+            };
+        }
+        let value = |rng: &mut Rng| -> f32 {
+            if name.ends_with("norm.weight") || name.ends_with("_scale") {
+                1.0 + 0.1 * rng.unit()
+            } else if name.ends_with("_base") || name.ends_with(".ape") {
+                0.5 * rng.unit()
+            } else if name.ends_with("attn_sink") {
+                rng.unit()
+            } else if name.ends_with("gate.bias") {
+                0.1 * rng.unit()
+            } else {
+                rng.unit() * 3f32.sqrt() / (cols as f32).sqrt()
+            }
+        };
+        let (dtype, bytes) = if dtype == "F32" {
+            let b = (0..n).flat_map(|_| value(rng).to_le_bytes()).collect();
+            (DType::F32, b)
+        } else {
+            let mut b = Vec::with_capacity(n * 2);
+            for _ in 0..n {
+                b.extend_from_slice(&half::bf16::from_f32(value(rng)).to_bits().to_le_bytes());
+            }
+            (DType::BF16, b)
+        };
+        TensorData {
+            dtype,
+            shape: shape.to_vec(),
+            bytes,
+        }
+    };
+    let mut shards = Shards::new(dir, layers + 1, &[]);
+    let top: BTreeMap<String, TensorData> = entries
+        .iter()
+        .filter(|(n, _, _)| !n.starts_with("layers."))
+        .map(|(n, d, shape)| (n.clone(), fill(&mut rng, n, d, shape)))
+        .collect();
+    shards.write(0, &top)?;
+    drop(top);
+    for l in 0..layers {
+        let p = format!("layers.{l}.");
+        let t: BTreeMap<String, TensorData> = entries
+            .iter()
+            .filter(|(n, _, _)| n.starts_with(&p))
+            .map(|(n, d, shape)| (n.clone(), fill(&mut rng, n, d, shape)))
+            .collect();
+        shards.write(l + 1, &t)?;
+        progress(l + 1, layers);
+    }
+    shards.write_index()?;
+    let mut config = crate::census::v4_flash_config(layers, experts);
+    config["coli_synthetic"] = true.into();
+    write_json(&dir.join("config.json"), &config)
+}
+
 /// A tiny random-weight chat model: a 2-layer synthetic OLMoE (8 experts, top-2) with the
 /// demo model's tokenizer and chat template (fetched on first use). For server and chat
 /// tests: real tokenization and templates, random tokens.

@@ -39,7 +39,7 @@ fn main() -> ExitCode {
 fn census(args: &[String]) -> ExitCode {
     use coli_tests::census::{write_census, Census};
     let usage =
-        "usage: cargo xtask census DIR [ROUNDS] [glm5|gpt-oss-120b|minimax-m2|qwen3-next-80b|qwen3.5-35b]";
+        "usage: cargo xtask census DIR [ROUNDS] [glm5|gpt-oss-120b|minimax-m2|qwen3-next-80b|qwen3.5-35b|deepseek-v4-flash-bf16]";
     let Some(dir) = args.first() else {
         eprintln!("{usage}");
         return ExitCode::from(2);
@@ -226,7 +226,8 @@ fn synth(args: &[String]) -> ExitCode {
     let Some(out) = args.first() else {
         eprintln!(
             "usage: cargo xtask synth OUT [olmoe|small] [bf16|int8] | OUT gpt-oss-20b [LAYERS] \
-             | OUT qwen3-next [LAYERS] [EXPERTS] | OUT deepseek-v3 [LAYERS] [EXPERTS]"
+             | OUT qwen3-next [LAYERS] [EXPERTS] | OUT deepseek-v3 [LAYERS] [EXPERTS] \
+             | OUT deepseek-v4 [LAYERS] [EXPERTS]"
         );
         return ExitCode::from(2);
     };
@@ -238,6 +239,16 @@ fn synth(args: &[String]) -> ExitCode {
     }
     if args.get(1).map(String::as_str) == Some("deepseek-v3") {
         return synth_deepseek_v3(out, args.get(2), args.get(3));
+    }
+    if args.get(1).map(String::as_str) == Some("deepseek-v4") {
+        return synth_counted(
+            "deepseek-v4",
+            out,
+            (args.get(2), args.get(3)),
+            (4, 16),
+            6,
+            |path, l, e, progress| coli_tests::synthetic::write_deepseek_v4(path, l, e, progress),
+        );
     }
     let mut spec = match args.get(1).map(String::as_str) {
         None | Some("olmoe") => OlmoeSpec::olmoe_geometry(),

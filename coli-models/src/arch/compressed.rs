@@ -37,6 +37,10 @@ use super::{norm_rows_inplace, KvCache, Scratch, Step, ATTENTION_TASKS, MAX_ROT_
 use crate::error::Result;
 use crate::weights::{load_vector, Linear};
 
+/// Index-score work (entries x heads x width) from which a query's scores are computed on
+/// the thread pool: below it, waking the workers costs more than the sums.
+const PARALLEL_SCORES: usize = 1 << 16;
+
 /// The attention of one DeepSeek-V4 layer.
 #[derive(Clone, Debug)]
 pub struct CompressedAttention {
@@ -449,16 +453,24 @@ impl CompressedAttention {
             }
             let ready = (p + 1) / comp.rate;
             let scores = &mut c.index_scores[..ready];
-            for (win, sc) in scores.iter_mut().enumerate() {
+            let (q, wts) = (
+                &iq[t * ih * id..(t + 1) * ih * id],
+                &iw[t * ih..(t + 1) * ih],
+            );
+            // Each entry's score is its own serial sum over the heads: the same bits
+            // whichever thread computes it.
+            let score = |(win, sc): (usize, &mut f32)| {
                 let key = comp.entry(side, stride, off, win);
                 let mut total = 0.0f32;
-                for (hq, &wt) in iq[t * ih * id..(t + 1) * ih * id]
-                    .chunks_exact(id)
-                    .zip(&iw[t * ih..(t + 1) * ih])
-                {
+                for (hq, &wt) in q.chunks_exact(id).zip(wts) {
                     total += dot_f32(hq, key).max(0.0) * softmax_scale * wt;
                 }
                 *sc = total;
+            };
+            if ready * ih * id >= PARALLEL_SCORES {
+                scores.par_iter_mut().enumerate().for_each(score);
+            } else {
+                scores.iter_mut().enumerate().for_each(score);
             }
             let keep = ix.top_k.min(ready);
             let sel = &mut c.sel[t * ix.top_k..t * ix.top_k + keep];

@@ -606,3 +606,35 @@ impl Routing {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v4_scores_follow_their_definitions() {
+        let logits = [-30.0f32, -1.5, 0.0, 0.25, 3.0, 25.0];
+        let f = |x: f64| -> [f64; 3] {
+            let softplus = if x > 20.0 { x } else { x.exp().ln_1p() };
+            [softplus.sqrt(), 1.0 / (1.0 + (-x).exp()), x]
+        };
+        let mut out = [0.0f32; 6];
+        for (which, score) in [(0, ScoreFn::SqrtSoftplus), (1, ScoreFn::Sigmoid)] {
+            score.apply(&logits, &mut out);
+            for (&o, &l) in out.iter().zip(&logits) {
+                let want = f(l as f64)[which];
+                assert!(
+                    (o as f64 - want).abs() <= 1e-6 * want.max(1.0),
+                    "{score:?} {l}"
+                );
+            }
+        }
+        ScoreFn::Softmax.apply(&logits, &mut out);
+        let max = 25.0f64;
+        let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+        for (&o, &l) in out.iter().zip(&logits) {
+            let want = (l as f64 - max).exp() / sum;
+            assert!((o as f64 - want).abs() < 1e-7, "softmax {l}");
+        }
+    }
+}

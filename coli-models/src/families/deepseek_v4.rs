@@ -121,6 +121,10 @@ pub struct DeepseekV4Config {
     /// Legacy: rotary channels per head instead of `partial_rotary_factor`.
     #[serde(default)]
     pub qk_rope_head_dim: Option<usize>,
+    /// `fp4` when the routed experts are FP4 (the release); also read from
+    /// `quantization_config`, where V4.1 and transformers put it.
+    #[serde(default)]
+    pub expert_dtype: Option<String>,
 }
 
 fn d_moe_inter() -> usize {
@@ -805,6 +809,7 @@ fn load_moe(
         cfg.num_experts_per_tok,
     );
     let m = |tf: &str, hub: &str| names.layer(i, &format!("mlp.{tf}"), &format!("ffn.{hub}"));
+    let fp4 = expert_dtype(dir, cfg)? == ExpertDtype::Fp4;
     let choice = if hash {
         Choice::Hash(load_token_table(
             dir,
@@ -823,7 +828,30 @@ fn load_moe(
     let fused = m("experts.gate_up_proj", "");
     let experts = (0..ne)
         .map(|e| {
-            let mut mlp = if !names.hub && dir.has(&fused) {
+            let mut mlp = if fp4 {
+                if !names.hub && dir.has(&fused) {
+                    return Err(ModelError::BadTensor {
+                        name: fused.clone(),
+                        msg: "FP4 experts fused per layer are not supported; the release's \
+                              per-expert tensors are"
+                            .into(),
+                    });
+                }
+                let [g, u, d] = [("gate_proj", "w1"), ("up_proj", "w3"), ("down_proj", "w2")].map(
+                    |(tf, hub)| {
+                        m(
+                            &format!("experts.{e}.{tf}.weight"),
+                            &format!("experts.{e}.{hub}.weight"),
+                        )
+                    },
+                );
+                Mlp {
+                    gate_proj: Linear::load_fp4(dir, &g, inter, h)?,
+                    up_proj: Linear::load_fp4(dir, &u, inter, h)?,
+                    down_proj: Linear::load_fp4(dir, &d, h, inter)?,
+                    limit: None,
+                }
+            } else if !names.hub && dir.has(&fused) {
                 let down = m("experts.down_proj", "");
                 Mlp {
                     gate_proj: Linear::load_fused_expert(dir, &fused, e, ne, 0, 2, inter, h)?,
@@ -864,6 +892,36 @@ fn load_moe(
             gate: None,
         }),
     })
+}
+
+/// How the routed experts are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ExpertDtype {
+    /// As their dtype says (BF16, FP8, coli containers).
+    Native,
+    /// FP4 e2m1 with a scale per 32 columns (`expert_dtype: "fp4"`).
+    Fp4,
+}
+
+/// `expert_dtype`, top-level (the release) or in `quantization_config`.
+fn expert_dtype(dir: &ModelDir, cfg: &DeepseekV4Config) -> Result<ExpertDtype> {
+    let nested = dir
+        .config
+        .value
+        .get("quantization_config")
+        .and_then(|q| q.get("expert_dtype"))
+        .and_then(Value::as_str);
+    match cfg.expert_dtype.as_deref().or(nested) {
+        None | Some("fp8") | Some("bf16") => Ok(ExpertDtype::Native),
+        Some("fp4") => Ok(ExpertDtype::Fp4),
+        Some(other) => Err(dir
+            .config
+            .error(
+                "expert_dtype",
+                format!("\"{other}\" is not supported (fp4, fp8, bf16)"),
+            )
+            .into()),
+    }
 }
 
 /// `tid2eid` `[vocab, top_k]` (I64 or I32): every entry an expert index, the experts of a

@@ -166,10 +166,17 @@ fn gpt_oss_keeps_its_mxfp4_experts_and_reports_them() {
 /// Qwen3.5's fused BF16 experts are cut per expert (as transformers fuses them: the gates'
 /// rows, then the up projections') and converted like any other expert; bf16 → bf16 is
 /// lossless, the linear-attention tensors (a 3-D convolution, A_log, dt_bias) travel as
-/// they are, and every quantized expert is one read. Qwen3-Next's per-expert layout too.
+/// they are, and every quantized expert is one read. Qwen3-Next's per-expert layout too,
+/// and DeepSeek-V4 in both spellings (its hyper-connection tensors, position biases, sinks
+/// and integer token tables travel as they are).
 #[test]
 fn fused_bf16_experts_are_written_per_expert_and_hybrids_convert_losslessly() {
-    for name in ["qwen3_5_moe_hub_fused", "qwen3_next_hybrid"] {
+    for name in [
+        "qwen3_5_moe_hub_fused",
+        "qwen3_next_hybrid",
+        "deepseek_v4_hash_csa",
+        "deepseek_v4_hub_yarn",
+    ] {
         let src = fixtures_dir().join(name);
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("bf16");
@@ -178,12 +185,18 @@ fn fused_bf16_experts_are_written_per_expert_and_hybrids_convert_losslessly() {
         let d = coli_core::ModelDir::open(&out).unwrap();
         let names = d.tensor_names();
         assert!(!names.iter().any(|n| n.ends_with("gate_up_proj")), "{name}");
-        let p = if name.starts_with("qwen3_5") {
-            "model.language_model.layers.2.mlp.experts.7"
-        } else {
-            "model.layers.2.mlp.experts.7"
+        let (p, projs) = match name {
+            n if n.starts_with("qwen3_5") => (
+                "model.language_model.layers.2.mlp.experts.7",
+                ["gate_proj", "up_proj", "down_proj"],
+            ),
+            "deepseek_v4_hub_yarn" => ("layers.2.ffn.experts.7", ["w1", "w3", "w2"]),
+            _ => (
+                "model.layers.2.mlp.experts.7",
+                ["gate_proj", "up_proj", "down_proj"],
+            ),
         };
-        for proj in ["gate_proj", "up_proj", "down_proj"] {
+        for proj in projs {
             assert!(d.has(&format!("{p}.{proj}.weight")), "{name}: {p}.{proj}");
         }
         let seq: Vec<u32> = (0..24).map(|i| (i * 37 + 5) % 256).collect();
