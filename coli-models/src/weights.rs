@@ -64,6 +64,29 @@ pub enum ScaleValues {
 }
 
 impl Scales {
+    /// The scales of rows `first..first + n` of a `[_, cols]` matrix, one grid row per
+    /// matrix row (as f32: E8M0 widens exactly).
+    pub fn row_range(&self, first: usize, n: usize, cols: usize) -> Scales {
+        let per_row = cols.div_ceil(self.block_cols);
+        let mut out = Vec::with_capacity(n * per_row);
+        for r in first..first + n {
+            let at = (r / self.block_rows) * per_row;
+            match &self.values {
+                ScaleValues::F32(v) => out.extend_from_slice(&v[at..at + per_row]),
+                ScaleValues::E8M0(v) => out.extend(
+                    v[at..at + per_row]
+                        .iter()
+                        .map(|&b| coli_core::dtype::e8m0_to_f32(b)),
+                ),
+            }
+        }
+        Scales {
+            values: ScaleValues::F32(out.into()),
+            block_rows: 1,
+            block_cols: self.block_cols,
+        }
+    }
+
     /// As the kernels take them.
     pub fn block_scales(&self) -> BlockScales<'_> {
         BlockScales {
@@ -307,7 +330,9 @@ impl Linear {
     }
 
     /// `name` `[blocks * rows, cols]` as `blocks` matrices of `rows` rows each (DeepSeek-V4's
-    /// grouped output projection: one block per head group). Read as BF16, F16 or F32.
+    /// grouped output projection: one block per head group), in any format [`Linear::load`]
+    /// reads. Block-scaled weights (FP8) give each block its rows' scales, one row of the
+    /// scale grid per matrix row: the same value per element, so the same bits.
     pub fn load_row_blocks(
         dir: &ModelDir,
         name: &str,
@@ -315,28 +340,21 @@ impl Linear {
         rows: usize,
         cols: usize,
     ) -> Result<Vec<Linear>> {
-        let t = dir.tensor_shaped(name, &[blocks * rows, cols])?;
-        let dtype = t.dtype()?;
-        if !matches!(dtype, DType::BF16 | DType::F16 | DType::F32) {
-            return Err(crate::error::ModelError::BadTensor {
-                name: name.to_string(),
-                msg: format!(
-                    "a grouped projection is read as BF16, F16 or F32; found {}",
-                    t.dtype_name
-                ),
-            });
-        }
-        let mut all = t;
-        all.shape = vec![blocks, rows, cols];
+        let full = Linear::load(dir, name, blocks * rows, cols)?;
+        let mut all = full.view.clone();
+        all.shape = vec![blocks, rows, full.fmt.row_bytes(cols) / full.fmt.size()];
         (0..blocks)
             .map(|g| {
                 Ok(Linear {
                     view: all.outer(g)?,
-                    fmt: float_format(dtype),
+                    fmt: full.fmt,
                     rows,
                     cols,
                     bias: None,
-                    scales: None,
+                    scales: full
+                        .scales
+                        .as_ref()
+                        .map(|s| s.row_range(g * rows, rows, cols)),
                 })
             })
             .collect()

@@ -47,6 +47,7 @@ pub const TINY_FIXTURES: &[&str] = &[
     "glm5_mtp",
     "deepseek_v4_hash_csa",
     "deepseek_v4_hub_yarn",
+    "deepseek_v4_fp4_release",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

@@ -176,6 +176,7 @@ fn fused_bf16_experts_are_written_per_expert_and_hybrids_convert_losslessly() {
         "qwen3_next_hybrid",
         "deepseek_v4_hash_csa",
         "deepseek_v4_hub_yarn",
+        "deepseek_v4_fp4_release",
     ] {
         let src = fixtures_dir().join(name);
         let tmp = tempfile::tempdir().unwrap();
@@ -190,7 +191,9 @@ fn fused_bf16_experts_are_written_per_expert_and_hybrids_convert_losslessly() {
                 "model.language_model.layers.2.mlp.experts.7",
                 ["gate_proj", "up_proj", "down_proj"],
             ),
-            "deepseek_v4_hub_yarn" => ("layers.2.ffn.experts.7", ["w1", "w3", "w2"]),
+            "deepseek_v4_hub_yarn" | "deepseek_v4_fp4_release" => {
+                ("layers.2.ffn.experts.7", ["w1", "w3", "w2"])
+            }
             _ => (
                 "model.layers.2.mlp.experts.7",
                 ["gate_proj", "up_proj", "down_proj"],
