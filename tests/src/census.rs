@@ -26,6 +26,9 @@ pub enum Census {
     /// stores FP8 dense and FP4 experts, which coli does not read yet): 43 layers x 256
     /// experts, 46 shards.
     DeepseekV4FlashBf16,
+    /// DeepSeek-V4-Flash as released: the same layers with FP8 dense projections (E8M0
+    /// `.scale` per 128 x 128 block) and FP4 experts (a `.scale` per 32 columns), 46 shards.
+    DeepseekV4Flash,
 }
 
 impl Census {
@@ -38,6 +41,7 @@ impl Census {
             "qwen3-next-80b" => Some(Census::Qwen3Next80b),
             "qwen3.5-35b" => Some(Census::Qwen35Moe35b),
             "deepseek-v4-flash-bf16" => Some(Census::DeepseekV4FlashBf16),
+            "deepseek-v4-flash" => Some(Census::DeepseekV4Flash),
             _ => None,
         }
     }
@@ -58,6 +62,19 @@ pub fn write_census(dir: &Path, which: Census) -> std::io::Result<usize> {
             let mut config = v4_flash_config(layers, experts);
             config["coli_synthetic_census"] = true.into();
             (t, 46, config)
+        }
+        Census::DeepseekV4Flash => {
+            let (layers, experts) = (43, 256);
+            let mut t = v4_top();
+            v4_layers(&mut t, layers, experts);
+            let mut config = v4_flash_config(layers, experts);
+            config["coli_synthetic_census"] = true.into();
+            config["expert_dtype"] = "fp4".into();
+            config["quantization_config"] = serde_json::json!({
+                "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                "scale_fmt": "ue8m0", "weight_block_size": [128, 128],
+            });
+            (v4_release_dtypes(t), 46, config)
         }
     };
     write_sparse(dir, &tensors, shards, &config)
@@ -532,6 +549,39 @@ pub(crate) fn v4_layers(t: &mut Vec<Entry>, layers: usize, experts: usize) {
             }
         }
     }
+}
+
+/// DeepSeek-V4's BF16 entries in the release's dtypes: the attention's and the shared
+/// experts' projections FP8 with an E8M0 scale per 128 x 128 block, the routed experts FP4
+/// (two per byte, stored I8) with an E8M0 scale per 32 columns; the rest unchanged.
+pub(crate) fn v4_release_dtypes(t: Vec<Entry>) -> Vec<Entry> {
+    let fp8 = [
+        ".attn.wq_a.weight",
+        ".attn.wq_b.weight",
+        ".attn.wkv.weight",
+        ".attn.wo_a.weight",
+        ".attn.wo_b.weight",
+        ".attn.indexer.wq_b.weight",
+    ];
+    let mut out = Vec::with_capacity(t.len() * 2);
+    for (name, dtype, shape) in t {
+        let stem = name.strip_suffix(".weight").unwrap_or(&name).to_string();
+        let (r, c) = (shape[0], *shape.last().expect("shape"));
+        if name.contains(".ffn.experts.") {
+            out.push((name, "I8", vec![r, c / 2]));
+            out.push((format!("{stem}.scale"), "F8_E8M0", vec![r, c / 32]));
+        } else if fp8.iter().any(|s| name.ends_with(s)) || name.contains(".ffn.shared_experts.") {
+            out.push((name, "F8_E4M3", vec![r, c]));
+            out.push((
+                format!("{stem}.scale"),
+                "F8_E8M0",
+                vec![r.div_ceil(128), c.div_ceil(128)],
+            ));
+        } else {
+            out.push((name, dtype, shape));
+        }
+    }
+    out
 }
 
 /// DeepSeek-V4-Flash's config.json keys (the release's legacy spelling) for `layers` layers

@@ -39,7 +39,7 @@ fn main() -> ExitCode {
 fn census(args: &[String]) -> ExitCode {
     use coli_tests::census::{write_census, Census};
     let usage =
-        "usage: cargo xtask census DIR [ROUNDS] [glm5|gpt-oss-120b|minimax-m2|qwen3-next-80b|qwen3.5-35b|deepseek-v4-flash-bf16]";
+        "usage: cargo xtask census DIR [ROUNDS] [glm5|gpt-oss-120b|minimax-m2|qwen3-next-80b|qwen3.5-35b|deepseek-v4-flash|deepseek-v4-flash-bf16]";
     let Some(dir) = args.first() else {
         eprintln!("{usage}");
         return ExitCode::from(2);

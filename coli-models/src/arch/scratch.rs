@@ -258,7 +258,17 @@ pub fn decode_bytes_bound(config: &coli_core::RawConfig, ctx: usize) -> usize {
     } else {
         0
     };
-    let floats = vocab + ATTENTION_TASKS * ctx + 16 * hidden + 4 * wide + 2 * experts + linear;
+    // DeepSeek-V4: the residual streams (several copies of the residual, normalised and
+    // mixed), and the attention scores over the window plus the compressed entries.
+    let streams = num("hc_mult");
+    let v4 = if streams > 0 {
+        3 * streams * hidden
+            + ATTENTION_TASKS * (ctx + ctx / 4)
+            + num("o_groups") * num("o_lora_rank")
+    } else {
+        0
+    };
+    let floats = vocab + ATTENTION_TASKS * ctx + 16 * hidden + 4 * wide + 2 * experts + linear + v4;
     let words = ATTENTION_TASKS * ctx + 4 * experts + 4 * top_k + 8;
     floats * 4 + words * std::mem::size_of::<usize>()
 }

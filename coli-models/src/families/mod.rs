@@ -99,6 +99,9 @@ pub struct TensorLayout {
     /// Whole layer tails of tensors that hold every routed expert of the layer, stacked
     /// along the first dimension (gpt-oss' MXFP4 `_blocks`): expert `e` is slice `e`.
     pub fused_experts: &'static [&'static str],
+    /// Tails of routed experts' tensors that loading reads once and keeps resident
+    /// (DeepSeek-V4's FP4 `.scale`): classified dense, so the planner budgets them.
+    pub resident_expert_tails: &'static [&'static str],
 }
 
 impl TensorLayout {
@@ -114,6 +117,7 @@ impl TensorLayout {
         ],
         indexer: &[".self_attn.indexer."],
         fused_experts: &[],
+        resident_expert_tails: &[],
     };
 }
 
@@ -178,6 +182,13 @@ pub fn classify(layout: &TensorLayout, name: &str, n_layers: usize) -> TensorCla
     for infix in layout.experts {
         if let Some(after) = tail.strip_prefix(infix) {
             if let Some(Ok(expert)) = after.split_once('.').map(|(e, _)| e.parse::<usize>()) {
+                if layout
+                    .resident_expert_tails
+                    .iter()
+                    .any(|t| name.ends_with(t))
+                {
+                    return TensorClass::Dense;
+                }
                 return TensorClass::Expert { layer, expert };
             }
         }
