@@ -280,12 +280,35 @@ pub fn convert(
 fn plan_units(dir: &ModelDir, opts: &ConvertOptions) -> Result<ConvertPlan> {
     let family = crate::families::lookup(dir.config.model_type()?)?;
     let mut model = (family.load)(dir)?;
-    let role_of: HashMap<String, (LinearRole, Linear)> = model
+    let mut role_of: HashMap<String, (LinearRole, Linear)> = model
         .linears_mut()
         .into_iter()
         .map(|(role, l)| (l.view().name.clone(), (role, l.clone())))
         .collect();
     drop(model);
+    // A matrix read as row blocks `name[g]` of one tensor (DeepSeek-V4's grouped output
+    // projection) is converted whole, under its own name.
+    let blocks: Vec<String> = role_of
+        .iter()
+        .filter(|(n, (role, _))| !matches!(role, LinearRole::Expert { .. }) && n.ends_with(']'))
+        .map(|(n, _)| n.clone())
+        .collect();
+    let mut whole: BTreeMap<String, (LinearRole, usize, usize)> = BTreeMap::new();
+    for b in blocks {
+        let Some((parent, _)) = b.strip_suffix(']').and_then(|x| x.rsplit_once('[')) else {
+            continue;
+        };
+        if !dir.has(parent) {
+            continue;
+        }
+        let (role, l) = role_of.remove(&b).expect("listed above");
+        let e = whole.entry(parent.to_string()).or_insert((role, 0, l.cols));
+        e.1 += l.rows;
+    }
+    for (parent, (role, rows, cols)) in whole {
+        let l = Linear::load(dir, &parent, rows, cols)?;
+        role_of.insert(parent, (role, l));
+    }
     // An expert read as slice `[e]` of a tensor holding the whole layer's experts.
     let mut fused_kept: Vec<String> = role_of
         .iter()

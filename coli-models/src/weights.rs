@@ -104,7 +104,8 @@ impl Linear {
     /// Loads `name` (the full tensor name), checking shape `[rows, cols]`. Quantized
     /// weights stay quantized and bring their scales, read once here; the kernels
     /// dequantize as they read:
-    /// * FP8 (`F8_E4M3`): `{name}_scale_inv` per `quantization_config.weight_block_size` block;
+    /// * FP8 (`F8_E4M3`): `{name}_scale_inv` per `quantization_config.weight_block_size` block
+    ///   (or DeepSeek-V4's `{stem}.scale`, E8M0 powers of two);
     /// * coli int8 (`I8`): `{name}_scale`, `[rows, 1]`, one per row;
     /// * coli int4 (`U8`, `[rows, ceil(cols / 2)]`, two per byte): `{name}_scale`,
     ///   `[rows, ceil(cols / 64)]`, one per 64 columns.
@@ -134,6 +135,19 @@ impl Linear {
             None => None,
             Some((br, bc)) => {
                 let s = dir.tensor_shaped(&scale_name, &[rows.div_ceil(br), cols.div_ceil(bc)])?;
+                // Integers would be read as their values (a U8 `127` as 127, not E8M0's 1).
+                if !matches!(
+                    s.dtype()?,
+                    DType::F32 | DType::BF16 | DType::F16 | DType::F8E8M0
+                ) {
+                    return Err(crate::error::ModelError::BadTensor {
+                        name: scale_name,
+                        msg: format!(
+                            "scales are read as F32, BF16, F16 or F8_E8M0; found {}",
+                            s.dtype_name
+                        ),
+                    });
+                }
                 let values = s.to_f32_vec()?;
                 if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
                     return Err(crate::error::ModelError::BadTensor {

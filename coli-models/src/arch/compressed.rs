@@ -126,8 +126,10 @@ pub(crate) struct CompressedScratch {
     /// Indexer queries `[n, index_heads * index_head_dim]` and head weights.
     iq: Vec<f32>,
     iw: Vec<f32>,
-    /// Each token's selected entries (`top_k` slots per token) and how many.
+    /// Each token's selected entries (`min(top_k, ctx / rate)` slots per token) and how
+    /// many; the candidates' order while selecting.
     sel: Vec<u32>,
+    order: Vec<u32>,
     sel_len: Vec<usize>,
     /// Index scores of one query over the finished entries.
     index_scores: Vec<f32>,
@@ -166,6 +168,7 @@ impl CompressedScratch {
         .map(|v| v.len())
         .sum::<usize>()
             + self.sel.len()
+            + self.order.len()
             + 2 * self.sel_len.len()
     }
 }
@@ -374,7 +377,8 @@ impl CompressedAttention {
         if let Some(ix) = &self.indexer {
             grow(&mut c.iq, n * ix.heads * ix.compressor.dim);
             grow(&mut c.iw, n * ix.heads);
-            grow(&mut c.sel, n * ix.top_k);
+            grow(&mut c.sel, n * ix.top_k.min(entries));
+            grow(&mut c.order, entries);
             grow(&mut c.sel_len, n);
             grow(&mut c.index_scores, entries);
         }
@@ -446,12 +450,22 @@ impl CompressedAttention {
         for w in iw.iter_mut() {
             *w *= weight_scale;
         }
+        let stride_sel = ix.top_k.min(st.ctx() / comp.rate);
         for t in 0..n {
             let p = start + t;
+            let ready = (p + 1) / comp.rate;
+            let sel = &mut c.sel[t * stride_sel..(t + 1) * stride_sel];
+            if ready <= ix.top_k {
+                // Every finished entry is kept: nothing to score.
+                for (j, x) in sel[..ready].iter_mut().enumerate() {
+                    *x = j as u32;
+                }
+                c.sel_len[t] = ready;
+                continue;
+            }
             for head in iq[t * ih * id..(t + 1) * ih * id].chunks_exact_mut(id) {
                 rotate(&comp.rope, comp.rope_dim, p, head, false);
             }
-            let ready = (p + 1) / comp.rate;
             let scores = &mut c.index_scores[..ready];
             let (q, wts) = (
                 &iq[t * ih * id..(t + 1) * ih * id],
@@ -472,9 +486,8 @@ impl CompressedAttention {
             } else {
                 scores.iter_mut().enumerate().for_each(score);
             }
-            let keep = ix.top_k.min(ready);
-            let sel = &mut c.sel[t * ix.top_k..t * ix.top_k + keep];
-            top_k_ascending(scores, sel);
+            let keep = ix.top_k;
+            top_k_ascending(scores, &mut c.order[..ready], &mut sel[..keep]);
             c.sel_len[t] = keep;
         }
     }
@@ -496,7 +509,10 @@ impl CompressedAttention {
         let per_task = items.div_ceil(ATTENTION_TASKS.min(items));
         let q = &s.q[..n * nh * hd];
         let (sel, sel_len) = (&s.v4.sel, &s.v4.sel_len);
-        let top_k = self.indexer.as_ref().map_or(0, |i| i.top_k);
+        let top_k = self
+            .indexer
+            .as_ref()
+            .map_or(0, |i| i.top_k.min(ctx / rate.max(1)));
         s.attn[..n * nh * hd]
             .par_chunks_mut(per_task * hd)
             .zip(s.v4.scores[..items.div_ceil(per_task) * row_len].par_chunks_mut(row_len))
@@ -572,22 +588,30 @@ impl CompressedAttention {
     }
 }
 
-/// The indices of the `out.len()` largest scores (ties to the lower index), ascending.
-fn top_k_ascending(scores: &[f32], out: &mut [u32]) {
-    // Selection by repeated scans (no allocation): k and the number of entries are small
-    // next to the attention itself.
-    for chosen in 0..out.len() {
-        let mut best: Option<usize> = None;
-        for (i, &v) in scores.iter().enumerate() {
-            if out[..chosen].contains(&(i as u32)) {
-                continue;
-            }
-            if best.is_none_or(|b| v > scores[b]) {
-                best = Some(i);
-            }
-        }
-        out[chosen] = best.expect("k is at most the number of scores") as u32;
+/// The indices of the `out.len()` largest scores, ascending, through `order` (scratch of
+/// `scores.len()`): a selection in linear time, then a sort of the kept ones. Ties go to
+/// the lower index (a choice: torch's `topk` breaks them arbitrarily; the oracle fixtures
+/// refuse near-ties); a NaN score ranks below every number.
+fn top_k_ascending(scores: &[f32], order: &mut [u32], out: &mut [u32]) {
+    let k = out.len();
+    assert!(k <= scores.len() && order.len() == scores.len());
+    for (i, o) in order.iter_mut().enumerate() {
+        *o = i as u32;
     }
+    let key = |i: u32| {
+        let v = scores[i as usize];
+        if v.is_nan() {
+            f32::NEG_INFINITY
+        } else {
+            v
+        }
+    };
+    // Score descending, then index ascending: a total order.
+    let cmp = |a: &u32, b: &u32| key(*b).total_cmp(&key(*a)).then(a.cmp(b));
+    if k < order.len() {
+        order.select_nth_unstable_by(k, cmp);
+    }
+    out.copy_from_slice(&order[..k]);
     out.sort_unstable();
 }
 
@@ -598,11 +622,45 @@ mod tests {
     #[test]
     fn top_k_keeps_the_largest_and_breaks_ties_to_the_earlier_entry() {
         let scores = [0.5f32, 2.0, -1.0, 2.0, 0.7];
-        let mut out = [0u32; 3];
-        top_k_ascending(&scores, &mut out);
+        let (mut order, mut out) = ([0u32; 5], [0u32; 3]);
+        top_k_ascending(&scores, &mut order, &mut out);
         assert_eq!(out, [1, 3, 4]);
-        let mut two = [0u32; 2];
-        top_k_ascending(&[1.0, 1.0, 1.0], &mut two);
+        let (mut order, mut two) = ([0u32; 3], [0u32; 2]);
+        top_k_ascending(&[1.0, 1.0, 1.0], &mut order, &mut two);
         assert_eq!(two, [0, 1]);
+        // A NaN never displaces a number; -0.0 and 0.0 tie to the lower index.
+        let (mut order, mut two) = ([0u32; 4], [0u32; 2]);
+        top_k_ascending(&[f32::NAN, -0.0, 0.0, -5.0], &mut order, &mut two);
+        assert_eq!(two, [1, 2]);
+    }
+
+    /// The linear-time selection against a sort of every candidate, on many random rows
+    /// with repeated values.
+    #[test]
+    fn selection_equals_sorting_every_candidate() {
+        let mut x = 0x9E37_79B9_u64;
+        for len in 1..60 {
+            for k in 0..=len {
+                let scores: Vec<f32> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        (x % 7) as f32 - 3.0
+                    })
+                    .collect();
+                let mut all: Vec<u32> = (0..len as u32).collect();
+                all.sort_by(|a, b| {
+                    scores[*b as usize]
+                        .total_cmp(&scores[*a as usize])
+                        .then(a.cmp(b))
+                });
+                let mut want = all[..k].to_vec();
+                want.sort_unstable();
+                let (mut order, mut out) = (vec![0u32; len], vec![0u32; k]);
+                top_k_ascending(&scores, &mut order, &mut out);
+                assert_eq!(out, want, "len {len} k {k}");
+            }
+        }
     }
 }

@@ -187,7 +187,8 @@ impl Moe {
         if let Some(ctx) = &store {
             self.queue_reads(n, ctx, &mut s.moe);
             if n == 1 {
-                guess_next_layer(ctx, &s.x[..h], st.model.rms_norm_eps, &mut s.moe);
+                let token = st.tokens[0];
+                guess_next_layer(ctx, token, &s.x[..h], st.model.rms_norm_eps, &mut s.moe);
             }
         }
         self.run_experts(h, store.as_ref(), s)?;
@@ -401,10 +402,25 @@ impl Moe {
 /// Decode: guesses the next MoE layer's experts from the current residual stream (through
 /// that layer's own norm) and starts reading them while this layer computes. A hint: it
 /// never changes a result, and it is skipped when the store says speculation does not pay.
-fn guess_next_layer(ctx: &StoreCtx, x: &[f32], eps: f32, s: &mut MoeScratch) {
+/// A next layer routed by token id (DeepSeek-V4's `hash_moe`) needs no guess: its experts
+/// are the token's row of the table.
+fn guess_next_layer(ctx: &StoreCtx, token: u32, x: &[f32], eps: f32, s: &mut MoeScratch) {
     let Some((next_layer, next, norm)) = ctx.next else {
         return;
     };
+    if let Routing::Scored {
+        choice: Choice::Hash(table),
+        ..
+    } = &next.routing
+    {
+        let (k, t) = (next.top_k, token as usize);
+        s.order.clear();
+        s.order
+            .extend(table[t * k..(t + 1) * k].iter().map(|&e| e as usize));
+        let want = k.min(ctx.store.cap());
+        ctx.store.prefetch(next_layer, &s.order[..want], false);
+        return;
+    }
     if !ctx.store.speculation_due(next.top_k) {
         return;
     }
@@ -414,10 +430,28 @@ fn guess_next_layer(ctx: &StoreCtx, x: &[f32], eps: f32, s: &mut MoeScratch) {
     rms_norm(x, norm, eps, &mut s.prefetch_x[..h]);
     next.router
         .forward(&s.prefetch_x[..h], 1, &mut s.prefetch_logits[..ne]);
-    if let Routing::GroupedSigmoid { bias, .. } = &next.routing {
-        for (l, b) in s.prefetch_logits[..ne].iter_mut().zip(bias) {
-            *l = sigmoid(*l) + b;
+    match &next.routing {
+        Routing::GroupedSigmoid { bias, .. } => {
+            for (l, b) in s.prefetch_logits[..ne].iter_mut().zip(bias) {
+                *l = sigmoid(*l) + b;
+            }
         }
+        Routing::Scored {
+            score,
+            choice: Choice::Biased(bias),
+            ..
+        } => {
+            grow(&mut s.probs, ne);
+            score.apply(&s.prefetch_logits[..ne], &mut s.probs[..ne]);
+            for ((l, &p), b) in s.prefetch_logits[..ne]
+                .iter_mut()
+                .zip(&s.probs[..ne])
+                .zip(bias)
+            {
+                *l = p + b;
+            }
+        }
+        _ => {}
     }
     let want = next.top_k.min(ctx.store.cap());
     let top = coli_kernels::routing::top_k_indices(&s.prefetch_logits[..ne], want, &mut s.order);

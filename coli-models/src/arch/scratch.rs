@@ -263,7 +263,8 @@ pub fn decode_bytes_bound(config: &coli_core::RawConfig, ctx: usize) -> usize {
     let streams = num("hc_mult");
     let v4 = if streams > 0 {
         3 * streams * hidden
-            + ATTENTION_TASKS * (ctx + ctx / 4)
+            // Scores over the window and the entries: at most twice the context per task.
+            + ATTENTION_TASKS * 2 * ctx
             + num("o_groups") * num("o_lora_rank")
     } else {
         0

@@ -121,12 +121,24 @@ pub struct DeepseekV4Config {
     /// Legacy: rotary channels per head instead of `partial_rotary_factor`.
     #[serde(default)]
     pub qk_rope_head_dim: Option<usize>,
+    /// The experts' activation (V4: `silu`).
+    #[serde(default = "d_act")]
+    pub hidden_act: String,
+    /// Biases on the MLPs (V4: none).
+    #[serde(default)]
+    pub mlp_bias: bool,
+    /// Biases on the attention projections (V4: none).
+    #[serde(default)]
+    pub attention_bias: bool,
     /// `fp4` when the routed experts are FP4 (the release); also read from
     /// `quantization_config`, where V4.1 and transformers put it.
     #[serde(default)]
     pub expert_dtype: Option<String>,
 }
 
+fn d_act() -> String {
+    "silu".into()
+}
 fn d_moe_inter() -> usize {
     2048
 }
@@ -338,7 +350,7 @@ pub fn resolve(dir: &ModelDir, cfg: &DeepseekV4Config) -> Result<V4Settings> {
             )
             .into());
     }
-    let (main_rope, compress_rope) = ropes(c, cfg)?;
+    let (main_rope, compress_rope) = ropes(c, cfg, head_dim, rope_dim)?;
     Ok(V4Settings {
         attention,
         hash,
@@ -354,7 +366,12 @@ pub fn resolve(dir: &ModelDir, cfg: &DeepseekV4Config) -> Result<V4Settings> {
 /// them, or (the release's config) `rope_theta` for the sliding layers and
 /// `compress_rope_theta` with the top-level scaling (`rope_scaling` or a flat
 /// `rope_parameters`) for the compressed ones, YaRN's attention factor 1 unless given.
-fn ropes(c: &RawConfig, cfg: &DeepseekV4Config) -> Result<(RopeParameters, RopeParameters)> {
+fn ropes(
+    c: &RawConfig,
+    cfg: &DeepseekV4Config,
+    head_dim: usize,
+    rope_dim: usize,
+) -> Result<(RopeParameters, RopeParameters)> {
     let sub = |obj: &Value, theta: f64, yarn_factor_one: bool| -> Result<RopeParameters> {
         let mut o = obj.clone();
         if let Some(m) = o.as_object_mut() {
@@ -384,6 +401,25 @@ fn ropes(c: &RawConfig, cfg: &DeepseekV4Config) -> Result<(RopeParameters, RopeP
     if let Some(p) = params {
         if let (Some(main), Some(compress)) = (p.get("main"), p.get("compress")) {
             if main.is_object() && compress.is_object() {
+                // transformers sizes each rotary from its own factor (1: the whole head);
+                // coli rotates one width for both, the top-level one.
+                for (label, sub) in [("main", main), ("compress", compress)] {
+                    let f = sub
+                        .get("partial_rotary_factor")
+                        .and_then(Value::as_f64)
+                        .unwrap_or(1.0);
+                    if (f * head_dim as f64) as usize != rope_dim {
+                        return Err(c
+                            .error(
+                                "rope_parameters",
+                                format!(
+                                    "{label}.partial_rotary_factor {f} gives {} rotary channels, the model {rope_dim}",
+                                    (f * head_dim as f64) as usize
+                                ),
+                            )
+                            .into());
+                    }
+                }
                 return Ok((
                     sub(main, cfg.rope_theta, false)?,
                     sub(compress, cfg.compress_rope_theta, false)?,
@@ -509,6 +545,36 @@ fn load_model(dir: &ModelDir, cfg: &DeepseekV4Config, set: &V4Settings) -> Resul
                     "{} must be positive and divide num_attention_heads = {heads}",
                     cfg.o_groups
                 ),
+            )
+            .into());
+    }
+    for (key, v) in [
+        ("hidden_size", h),
+        ("q_lora_rank", cfg.q_lora_rank),
+        ("o_lora_rank", cfg.o_lora_rank),
+        ("moe_intermediate_size", cfg.moe_intermediate_size),
+        ("vocab_size", common.vocab_size),
+    ] {
+        if v == 0 {
+            return Err(c.error(key, "must be positive").into());
+        }
+    }
+    if cfg.hidden_act != "silu" {
+        return Err(c
+            .error(
+                "hidden_act",
+                format!(
+                    "\"{}\" is not supported (DeepSeek-V4 uses silu)",
+                    cfg.hidden_act
+                ),
+            )
+            .into());
+    }
+    if cfg.mlp_bias || cfg.attention_bias {
+        return Err(c
+            .error(
+                "mlp_bias",
+                "DeepSeek-V4 has no biases on its MLPs or attention projections",
             )
             .into());
     }

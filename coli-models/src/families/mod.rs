@@ -388,5 +388,36 @@ mod tests {
             q("model.language_model.embed_tokens.weight"),
             TensorClass::Dense
         );
+        // DeepSeek-V4 in both spellings: the release's per-expert FP4 weights stream, their
+        // scales are read once and stay resident; transformers' fused experts; MTP ignored.
+        let v = |n: &str| classify(&deepseek_v4::DeepseekV4::LAYOUT, n, 43);
+        assert_eq!(
+            v("layers.7.ffn.experts.200.w2.weight"),
+            TensorClass::Expert {
+                layer: 7,
+                expert: 200
+            }
+        );
+        for n in [
+            "layers.7.ffn.experts.200.w2.scale",
+            "layers.7.attn.wq_b.scale",
+            "layers.7.ffn.gate.tid2eid",
+            "hc_head_fn",
+        ] {
+            assert_eq!(v(n), TensorClass::Dense, "{n}");
+        }
+        assert_eq!(
+            v("layers.7.ffn.shared_experts.w1.weight"),
+            TensorClass::SharedExpert { layer: 7 }
+        );
+        assert_eq!(
+            v("layers.7.attn.indexer.wq_b.weight"),
+            TensorClass::Indexer { layer: 7 }
+        );
+        assert_eq!(
+            v("model.layers.3.mlp.experts.gate_up_proj"),
+            TensorClass::FusedExperts { layer: 3 }
+        );
+        assert_eq!(v("mtp.0.attn.wq_a.weight"), TensorClass::Ignored);
     }
 }

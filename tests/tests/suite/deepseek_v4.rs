@@ -59,7 +59,11 @@ fn legacy_config_keys_give_the_modern_keys_model() {
 
 #[test]
 fn configs_that_are_not_what_the_release_ships_are_named_errors() {
-    let cases: [(&str, Value, &str); 7] = [
+    let cases: [(&str, Value, &str); 11] = [
+        ("q_lora_rank", Value::from(0), "q_lora_rank"),
+        ("o_lora_rank", Value::from(0), "o_lora_rank"),
+        ("hidden_act", Value::from("gelu"), "hidden_act"),
+        ("mlp_bias", Value::from(true), "mlp_bias"),
         ("scoring_func", Value::from("tanh"), "scoring_func"),
         (
             "layer_types",
@@ -93,6 +97,16 @@ fn configs_that_are_not_what_the_release_ships_are_named_errors() {
         let e = load_err(t.path());
         assert!(e.contains(said), "{key} = {value}: {e}");
     }
+    // transformers sizes each rotary from its own factor; coli refuses a mismatch.
+    let t = copy("deepseek_v4_hash_csa");
+    edit_config(t.path(), |c| {
+        c["rope_parameters"]["compress"]
+            .as_object_mut()
+            .unwrap()
+            .remove("partial_rotary_factor");
+    });
+    let e = load_err(t.path());
+    assert!(e.contains("compress.partial_rotary_factor"), "{e}");
     let t = copy("deepseek_v4_hub_yarn");
     edit_config(t.path(), |c| {
         c["compress_ratios"] = Value::from(vec![128, 7, 0, 0]);
