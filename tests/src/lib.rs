@@ -95,6 +95,21 @@ pub fn edit_config(dir: &std::path::Path, edit: impl FnOnce(&mut Value)) {
     std::fs::write(&p, serde_json::to_string_pretty(&v).expect("json")).expect("write config");
 }
 
+/// A copy of fixture `name` in a temporary directory (sidecars left out), to damage.
+pub fn copy_fixture(name: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    Reference::load(name).copy_files_to(tmp.path());
+    tmp
+}
+
+/// A safetensors shard's header JSON, where its data starts, and all its bytes.
+pub fn shard_header(path: &std::path::Path) -> (Value, usize, Vec<u8>) {
+    let bytes = std::fs::read(path).expect("shard");
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let h: Value = serde_json::from_slice(&bytes[8..8 + n]).expect("header JSON");
+    (h, 8 + n, bytes)
+}
+
 impl Reference {
     /// Copies the fixture's files (not its sidecars, which start with '.') into `dst`.
     pub fn copy_files_to(&self, dst: &std::path::Path) {

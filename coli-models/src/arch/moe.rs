@@ -564,6 +564,20 @@ pub fn load_experts(
         .collect()
 }
 
+/// `routed_scaling_factor`, checked finite and positive.
+pub fn check_routed_scaling(dir: &ModelDir, scaling: f64) -> Result<f32> {
+    if !(scaling.is_finite() && scaling > 0.0) {
+        return Err(dir
+            .config
+            .error(
+                "routed_scaling_factor",
+                format!("must be positive, found {scaling}"),
+            )
+            .into());
+    }
+    Ok(scaling as f32)
+}
+
 /// Checks the expert count (`experts_key`) and `num_experts_per_tok` against each other.
 pub fn check_top_k(
     dir: &ModelDir,
@@ -621,22 +635,14 @@ impl Routing {
                 )
                 .into());
         }
-        let scaling = m.routed_scaling_factor;
-        if !(scaling.is_finite() && scaling > 0.0) {
-            return Err(c
-                .error(
-                    "routed_scaling_factor",
-                    format!("must be positive, found {scaling}"),
-                )
-                .into());
-        }
+        let scaling = check_routed_scaling(dir, m.routed_scaling_factor)?;
         let bias_name = format!("{gate}.e_score_correction_bias");
         Ok(Routing::GroupedSigmoid {
             bias: load_vector(dir, &bias_name, n_experts)?,
             n_group,
             topk_group,
             norm_topk_prob: m.norm_topk_prob,
-            scaling: scaling as f32,
+            scaling,
         })
     }
 }

@@ -19,7 +19,7 @@ use coli_kernels::rope::{RopeLayout, RopeTable};
 
 use self::config::{expert_dtype, ExpertDtype};
 pub use self::config::{resolve, DeepseekV4Config, V4Attention, V4Settings, CONFIG_ALIASES};
-use crate::arch::moe::check_top_k;
+use crate::arch::moe::{check_routed_scaling, check_top_k};
 use crate::arch::{
     Choice, CompressedAttention, Compressor, Expert, Ffn, Hyper, HyperConnection, HyperHead,
     KvLayout, KvShape, Layer, LightningIndexer, Mixer, Mlp, ModelInfo, Moe, Routing, ScoreFn,
@@ -185,15 +185,7 @@ fn load_model(dir: &ModelDir, cfg: &DeepseekV4Config, set: &V4Settings) -> Resul
             .error("swiglu_limit", "must be finite and positive")
             .into());
     }
-    let scaling = cfg.routed_scaling_factor;
-    if !(scaling.is_finite() && scaling > 0.0) {
-        return Err(c
-            .error(
-                "routed_scaling_factor",
-                format!("must be positive, found {scaling}"),
-            )
-            .into());
-    }
+    check_routed_scaling(dir, cfg.routed_scaling_factor)?;
     let score = match cfg.scoring_func.as_str() {
         "sqrtsoftplus" => ScoreFn::SqrtSoftplus,
         "softmax" => ScoreFn::Softmax,

@@ -2,15 +2,8 @@
 //! folds in give the modern keys' model bit for bit, checkpoints that are not what the
 //! release ships are named errors at load, and a cut cache gives a fresh sequence's bits.
 
-use coli_tests::{edit_config, load_err, Reference};
+use coli_tests::{copy_fixture as copy, edit_config, load_err, shard_header as header, Reference};
 use serde_json::Value;
-
-/// A copy of the fixture (sidecars left out).
-fn copy(fixture: &str) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    Reference::load(fixture).copy_files_to(tmp.path());
-    tmp
-}
 
 fn logits(dir: &std::path::Path, ids: &[u32]) -> Vec<u32> {
     let m = coli_models::load(dir).unwrap();
@@ -113,14 +106,6 @@ fn configs_that_are_not_what_the_release_ships_are_named_errors() {
     });
     let e = load_err(t.path());
     assert!(e.contains("compress_ratios") && e.contains('7'), "{e}");
-}
-
-/// The shard's header JSON, where its data starts, and its bytes.
-fn header(path: &std::path::Path) -> (Value, usize, Vec<u8>) {
-    let bytes = std::fs::read(path).unwrap();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let h: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-    (h, 8 + n, bytes)
 }
 
 #[test]

@@ -1,23 +1,8 @@
 //! gpt-oss checkpoints that are not what the release ships: each is a named error at load,
 //! never a panic or a silently wrong model.
 
-use coli_tests::{edit_config, load_err, Reference};
+use coli_tests::{copy_fixture as copy, edit_config, load_err, shard_header as header, Reference};
 use serde_json::Value;
-
-/// A copy of the fixture (sidecars left out).
-fn copy(fixture: &str) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    Reference::load(fixture).copy_files_to(tmp.path());
-    tmp
-}
-
-/// The shard's header JSON and where its data starts.
-fn header(path: &std::path::Path) -> (Value, usize, Vec<u8>) {
-    let bytes = std::fs::read(path).unwrap();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let h: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-    (h, 8 + n, bytes)
-}
 
 #[test]
 fn a_nan_mxfp4_scale_is_refused_naming_the_tensor() {

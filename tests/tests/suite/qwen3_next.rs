@@ -4,14 +4,8 @@
 
 use coli_models::sampling::{Sampler, SamplingParams};
 use coli_models::Session;
-use coli_tests::{edit_config, load_err, Reference};
+use coli_tests::{copy_fixture as copy, edit_config, load_err, Reference};
 use serde_json::Value;
-
-fn copy(fixture: &str) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    Reference::load(fixture).copy_files_to(tmp.path());
-    tmp
-}
 
 #[test]
 fn bad_hybrid_configs_are_named_errors() {
