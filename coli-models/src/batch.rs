@@ -101,32 +101,21 @@ impl Slot<'_> {
     /// Writes the tokens the slot holds and their KV rows (little-endian): the token
     /// count (u64), the tokens (u32 each), then per layer the keys, values and indexer keys
     /// of those positions (f32 each), then each linear-attention layer's recurrent state
-    /// (f32 each; none for attention-only models).
+    /// (f32 each; none for attention-only models), then each DeepSeek-V4 layer's rings
+    /// and entries.
     pub fn save_state(&self, w: &mut dyn Write) -> std::io::Result<()> {
         let kv = self.session.kv();
-        // Only fed tokens have KV rows; a recurrent state is the state after all of them.
+        // Only fed tokens have KV rows; a recurrent state is the state after all of them,
+        // and rings hold only the last positions.
         let mut n = self.tokens.len().min(self.session.len());
-        if kv.has_states() && n != self.session.len() {
+        if (kv.has_states() && n != self.session.len()) || n < kv.floor() {
             n = 0;
         }
         w.write_all(&(n as u64).to_le_bytes())?;
         for t in &self.tokens[..n] {
             w.write_all(&t.to_le_bytes())?;
         }
-        for buf in kv.keys.iter().chain(&kv.values).chain(&kv.index_keys) {
-            let width = buf.len() / kv.capacity.max(1);
-            for x in &buf[..n * width] {
-                w.write_all(&x.to_le_bytes())?;
-            }
-        }
-        for state in &kv.states {
-            for &x in state {
-                // A sequence of no tokens has a zero state, whatever the slot holds.
-                let x = if n == 0 { 0.0 } else { x };
-                w.write_all(&x.to_le_bytes())?;
-            }
-        }
-        Ok(())
+        kv.write(n, w)
     }
 
     /// Reads what [`Slot::save_state`] wrote for a model of this shape. On any error the
@@ -160,26 +149,7 @@ impl Slot<'_> {
             tokens.push(u32::from_le_bytes(b4));
         }
         self.session.check_tokens(&tokens)?;
-        let kv = self.session.kv_mut();
-        let cap = kv.capacity.max(1);
-        for buf in kv
-            .keys
-            .iter_mut()
-            .chain(kv.values.iter_mut())
-            .chain(kv.index_keys.iter_mut())
-        {
-            let width = buf.len() / cap;
-            for x in &mut buf[..n * width] {
-                r.read_exact(&mut b4).map_err(bad)?;
-                *x = f32::from_le_bytes(b4);
-            }
-        }
-        for state in kv.states.iter_mut() {
-            for x in state.iter_mut() {
-                r.read_exact(&mut b4).map_err(bad)?;
-                *x = f32::from_le_bytes(b4);
-            }
-        }
+        self.session.kv_mut().read(n, r).map_err(bad)?;
         if r.read(&mut b4).map_err(bad)? != 0 {
             return Err(ModelError::Inconsistent(
                 "slot state: bytes after the last layer (another model's shape)".into(),
@@ -528,7 +498,7 @@ impl Engine {
                 pos,
                 next: last,
                 history: &slot.tokens,
-                max: room.saturating_sub(1),
+                max: room.saturating_sub(1).min(slot.session.draft_limit()),
             };
             let found = d.with_sources(slot.session.mtp.as_mut(), |s| first_draft(s, &at));
             let (source, draft) = found.unwrap_or_default();

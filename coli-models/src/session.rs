@@ -128,11 +128,17 @@ pub struct Session<'m> {
 impl<'m> Session<'m> {
     /// A session that can hold `capacity` positions. Everything decode needs is allocated here.
     pub fn new(model: &'m Transformer, capacity: usize) -> Session<'m> {
+        Session::with_ring_slack(model, capacity, crate::arch::ring::RING_SLACK)
+    }
+
+    /// [`Session::new`] whose DeepSeek-V4 layers keep `slack` positions beyond what they
+    /// read ([`KvCache::with_slack`]): less memory, shallower cuts and shorter pieces.
+    pub fn with_ring_slack(model: &'m Transformer, capacity: usize, slack: usize) -> Session<'m> {
         let mut scratch = Scratch::default();
         model.reserve(&mut scratch, 1, capacity, 1);
         Session {
             model,
-            kv: KvCache::new(model, capacity),
+            kv: KvCache::with_slack(model, capacity, slack),
             scratch,
             pos: 0,
             positions: PositionLoop::Parallel,
@@ -184,12 +190,14 @@ impl<'m> Session<'m> {
     /// Keeps the first `len` positions and forgets the rest (a shared prefix is reused:
     /// the positions after it are recomputed, with the same bits as the first time).
     /// A model with a recurrent state (linear attention) cannot go back to an earlier
-    /// position: it keeps everything when `len` covers it, else starts over. With MTP
+    /// position: it keeps everything when `len` covers it, else starts over. DeepSeek-V4
+    /// layers keep only their last positions: a cut below [`KvCache::floor`] starts over
+    /// too (drafts and a resent conversation stay above it). With MTP
     /// drafting on, a cut into what the MTP layer has read keeps one position less (its
     /// hidden state is needed again). Returns the positions kept.
     pub fn truncate(&mut self, len: usize) -> usize {
         if len < self.pos {
-            self.pos = if self.kv.has_states() {
+            self.pos = if self.kv.has_states() || len < self.kv.floor() {
                 0
             } else if let Some(d) = &mut self.mtp {
                 d.rewind(len)
@@ -216,10 +224,11 @@ impl<'m> Session<'m> {
     }
 
     /// After a failed forward: a recurrent state may be half advanced through the layers,
-    /// so a model with one starts over (an attention cache's rows past the length are
-    /// simply rewritten).
+    /// and rings may have overwritten the positions before the length, so a model with
+    /// either starts over (an attention cache's rows past the length are simply
+    /// rewritten).
     pub(crate) fn forget_if_stateful(&mut self) {
-        if self.kv.has_states() {
+        if self.kv.has_states() || self.kv.has_rings() {
             self.pos = 0;
         }
     }
@@ -255,6 +264,12 @@ impl<'m> Session<'m> {
             self.forward(&batch[..1 + kept], false)?;
         }
         Ok(())
+    }
+
+    /// The most drafts one verification may feed: a refused draft cuts the cache back by
+    /// up to this many positions, which DeepSeek-V4's rings must still hold.
+    pub(crate) fn draft_limit(&self) -> usize {
+        self.kv.cut_depth()
     }
 
     /// Keeps the recurrent states (linear-attention models) before a draft's verification.
@@ -401,7 +416,7 @@ impl<'m> Session<'m> {
             pos: self.pos,
             next,
             history: &run.history,
-            max: room.saturating_sub(1),
+            max: room.saturating_sub(1).min(self.draft_limit()),
         };
         let found = {
             let mut forced = Forced(&mut *constraint);

@@ -141,8 +141,8 @@ pub struct Plan {
 pub struct MemoryShape {
     /// KV cache bytes per position, all layers.
     pub kv_bytes_per_token: u64,
-    /// Bytes of one sequence's recurrent states (linear-attention layers), whatever its
-    /// length.
+    /// Bytes one sequence keeps whatever its length: recurrent states (linear-attention
+    /// layers) and DeepSeek-V4's rings.
     pub state_bytes_per_sequence: u64,
     /// Scratch bytes of one decode step (an upper bound).
     pub working_bytes: u64,
@@ -156,7 +156,7 @@ impl MemoryShape {
         let layout = (family.kv_layout)(&md)?;
         Ok(MemoryShape {
             kv_bytes_per_token: layout.bytes_per_position() as u64,
-            state_bytes_per_sequence: layout.state_bytes() as u64,
+            state_bytes_per_sequence: layout.state_bytes(ctx) as u64,
             working_bytes: coli_models::arch::scratch::decode_bytes_bound(&md.config, ctx) as u64,
         })
     }

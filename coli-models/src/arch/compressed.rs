@@ -17,12 +17,11 @@
 //! has a learned sink logit; the output's rotary channels are rotated back by the query's
 //! position, and the heads go out through a grouped low-rank projection.
 //!
-//! What a sequence keeps per position and layer: the key (in the KV cache's keys) and, on
-//! compressed layers, the compressors' raw projections and the entry that position
-//! completes (in the cache's side rows). An entry depends only on positions up to the one
-//! that completes it, so cutting the cache back to any length leaves exactly the state a
-//! shorter sequence would have had, and a prompt fed at once or token by token gives the
-//! same bits. Mirrors `DeepseekV4Attention`, `DeepseekV4HCACompressor`,
+//! What a sequence keeps ([`RingCache`]): the last positions' keys and, on compressed
+//! layers, the compressors' raw projections in rings, and every finished entry. An entry
+//! depends only on positions up to the one that completes it, so cutting the cache back
+//! (within the rings' slack) leaves exactly the state a shorter sequence would have had,
+//! and a prompt fed at once or token by token gives the same bits. Mirrors `DeepseekV4Attention`, `DeepseekV4HCACompressor`,
 //! `DeepseekV4CSACompressor` and `DeepseekV4Indexer` of `modeling_deepseek_v4.py`.
 
 use coli_core::ModelDir;
@@ -32,6 +31,7 @@ use coli_kernels::rope::{apply as apply_rope, RopeLayout, RopeTable};
 use coli_kernels::softmax::softmax_with_sink;
 use rayon::prelude::*;
 
+use super::ring::{RingCache, RingShape};
 use super::scratch::grow;
 use super::{norm_rows_inplace, KvCache, Scratch, Step, ATTENTION_TASKS, MAX_ROT_HALF};
 use crate::error::Result;
@@ -183,14 +183,14 @@ impl Compressor {
         }
     }
 
-    /// Floats it keeps per position: the raw `kv` and `gate`, and the entry slot.
-    pub fn width(&self) -> usize {
-        2 * self.series() * self.dim + self.dim
+    /// Floats of one projection's row (`series * dim`).
+    fn proj_width(&self) -> usize {
+        self.series() * self.dim
     }
 
-    /// Offset of the entry within a position's row.
-    fn entry_offset(&self) -> usize {
-        2 * self.series() * self.dim
+    /// Floats it keeps per position in the cache's raw rows: the `kv` and `gate` rows.
+    pub fn raw_width(&self) -> usize {
+        2 * self.proj_width()
     }
 
     /// `{prefix}.kv_proj`, `.gate_proj`, `.position_bias`, `.kv_norm` (transformers'
@@ -218,49 +218,39 @@ impl Compressor {
         })
     }
 
-    /// Projects the step's `n` rows of `xn` and writes them into positions
-    /// `start..start + n` of `side` (rows of `stride`, this compressor's part at `offset`),
-    /// then finishes every window those positions complete.
-    #[allow(clippy::too_many_arguments)]
-    fn advance(
-        &self,
-        xn: &[f32],
-        n: usize,
-        start: usize,
-        side: &mut [f32],
-        stride: usize,
-        offset: usize,
-        eps: f32,
-        s: &mut CompressedScratch,
-    ) {
-        let w = self.series() * self.dim;
-        let (kv, gate) = (&mut s.raw_kv[..n * w], &mut s.raw_gate[..n * w]);
-        Linear::forward_group([&self.kv, &self.gate], xn, n, [&mut *kv, &mut *gate]);
-        for t in 0..n {
-            let row = &mut side[(start + t) * stride + offset..][..self.width()];
-            row[..w].copy_from_slice(&kv[t * w..(t + 1) * w]);
-            row[w..2 * w].copy_from_slice(&gate[t * w..(t + 1) * w]);
-        }
-        for p in start..start + n {
-            if (p + 1).is_multiple_of(self.rate) {
-                self.finish(p / self.rate, side, stride, offset, eps, s);
-            }
-        }
+    /// The `kv` and `gate` projections of the step's `n` rows of `xn`.
+    fn project(&self, xn: &[f32], n: usize, kv: &mut [f32], gate: &mut [f32]) {
+        let w = self.proj_width();
+        Linear::forward_group(
+            [&self.kv, &self.gate],
+            xn,
+            n,
+            [&mut kv[..n * w], &mut gate[..n * w]],
+        );
     }
 
-    /// Entry `win` (positions `win * rate ..= p`, with `p` the last) from the raw rows, into
-    /// position `p`'s entry slot.
+    /// Copies row `t` of the projections into the raw row `row` (at this compressor's
+    /// `offset`).
+    fn store(&self, kv: &[f32], gate: &[f32], t: usize, row: &mut [f32], offset: usize) {
+        let w = self.proj_width();
+        row[offset..offset + w].copy_from_slice(&kv[t * w..(t + 1) * w]);
+        row[offset + w..offset + 2 * w].copy_from_slice(&gate[t * w..(t + 1) * w]);
+    }
+
+    /// Entry `win` (positions `win * rate ..= p`, with `p` the last) from the raw rows
+    /// (this compressor's at `raw_off`), into the entry's floats at `entry_off`.
+    #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
         win: usize,
-        side: &mut [f32],
-        stride: usize,
-        offset: usize,
+        ring: &mut RingCache,
+        raw_off: usize,
+        entry_off: usize,
         eps: f32,
         s: &mut CompressedScratch,
     ) {
         let (m, d) = (self.rate, self.dim);
-        let w = self.series() * d;
+        let w = self.proj_width();
         let first = win * m;
         let entry = &mut s.entry[..d];
         let logits = &mut s.slot_logits[..2 * m];
@@ -271,7 +261,7 @@ impl Compressor {
             let mut k = 0;
             if self.overlap && win > 0 {
                 for i in 0..m {
-                    let row = &side[(first - m + i) * stride + offset..];
+                    let row = &ring.raw(first - m + i)[raw_off..];
                     values[k] = row[c];
                     logits[k] = row[w + c] + self.position_bias[i * w + c];
                     k += 1;
@@ -279,7 +269,7 @@ impl Compressor {
             }
             let own = if self.overlap { d } else { 0 };
             for i in 0..m {
-                let row = &side[(first + i) * stride + offset..];
+                let row = &ring.raw(first + i)[raw_off..];
                 values[k] = row[own + c];
                 logits[k] = row[w + own + c] + self.position_bias[i * w + own + c];
                 k += 1;
@@ -292,14 +282,7 @@ impl Compressor {
         }
         rms_norm_inplace(entry, &self.norm, eps);
         rotate(&self.rope, self.rope_dim, first, entry, false);
-        let p = first + m - 1;
-        side[p * stride + offset + self.entry_offset()..][..d].copy_from_slice(entry);
-    }
-
-    /// Entry `win`, finished by position `(win + 1) * rate - 1`.
-    fn entry<'a>(&self, side: &'a [f32], stride: usize, offset: usize, win: usize) -> &'a [f32] {
-        let p = (win + 1) * self.rate - 1;
-        &side[p * stride + offset + self.entry_offset()..][..self.dim]
+        ring.entry_mut(win)[entry_off..][..d].copy_from_slice(entry);
     }
 }
 
@@ -330,15 +313,34 @@ fn rotate(rope: &RopeTable, rope_dim: usize, pos: usize, head: &mut [f32], back:
 }
 
 impl CompressedAttention {
-    /// Floats a position keeps in the cache's side rows (0 on a sliding layer).
-    pub fn side_width(&self) -> usize {
-        self.compressor.as_ref().map_or(0, Compressor::width)
-            + self.indexer.as_ref().map_or(0, |i| i.compressor.width())
+    /// What the layer keeps in the cache: its window's keys, its compressors' raw rows
+    /// (the main compressor's, then the indexer's) and their entries (likewise).
+    pub fn ring_shape(&self) -> RingShape {
+        let comps = || {
+            self.compressor
+                .iter()
+                .chain(self.indexer.iter().map(|i| &i.compressor))
+        };
+        RingShape {
+            window: self.window,
+            key_width: self.head_dim,
+            rate: self.rate(),
+            overlap: self.compressor.as_ref().is_some_and(|c| c.overlap),
+            raw_width: comps().map(Compressor::raw_width).sum(),
+            entry_width: comps().map(|c| c.dim).sum(),
+        }
     }
 
     /// The compression rate (0 on a sliding layer).
     fn rate(&self) -> usize {
         self.compressor.as_ref().map_or(0, |c| c.rate)
+    }
+
+    /// Where the indexer's compressor starts in a raw row and in an entry.
+    fn indexer_offsets(&self) -> (usize, usize) {
+        self.compressor
+            .as_ref()
+            .map_or((0, 0), |c| (c.raw_width(), c.dim))
     }
 
     /// Sizes the buffers for `n` tokens at a context of `ctx` positions.
@@ -362,14 +364,15 @@ impl CompressedAttention {
             &mut c.scores,
             ATTENTION_TASKS * (self.window.min(ctx) + entries),
         );
-        for comp in self
-            .compressor
-            .iter()
-            .chain(self.indexer.iter().map(|i| &i.compressor))
-        {
-            let w = comp.series() * comp.dim;
-            grow(&mut c.raw_kv, n * w);
-            grow(&mut c.raw_gate, n * w);
+        let comps = || {
+            self.compressor
+                .iter()
+                .chain(self.indexer.iter().map(|i| &i.compressor))
+        };
+        let w: usize = comps().map(Compressor::proj_width).sum();
+        grow(&mut c.raw_kv, n * w);
+        grow(&mut c.raw_gate, n * w);
+        for comp in comps() {
             grow(&mut c.slot_values, 2 * comp.rate);
             grow(&mut c.slot_logits, 2 * comp.rate);
             grow(&mut c.entry, comp.dim);
@@ -384,8 +387,12 @@ impl CompressedAttention {
         }
     }
 
-    /// The step's tokens (`s.xn` in, `s.proj` out), appending their keys and compressor
-    /// rows to `kv`.
+    /// The step's tokens (`s.xn` in, `s.proj` out), writing their keys, compressor rows
+    /// and the entries they finish into the layer's rings.
+    ///
+    /// Projections run over all the step's tokens at once; then the tokens go through the
+    /// rings in pieces of at most [`RingCache::piece`], each piece written before it is
+    /// read, so that no piece overwrites a position an earlier token of it still reads.
     pub(crate) fn forward(&self, st: &Step, kv: &mut KvCache, s: &mut Scratch) {
         let (n, start, li) = (st.n, st.start, st.layer);
         let h = st.model.info.hidden_size;
@@ -403,24 +410,61 @@ impl CompressedAttention {
         }
         let k = &mut s.k[..n * hd];
         self.kv.forward(xn, n, k);
-        let keys = &mut kv.keys[li];
         for (t, row) in k.chunks_exact_mut(hd).enumerate() {
             rms_norm_inplace(row, &self.kv_norm, eps);
             rotate(&self.rope, rd, start + t, row, false);
-            keys[(start + t) * hd..(start + t + 1) * hd].copy_from_slice(row);
         }
-        let stride = self.side_width();
-        let side = &mut kv.index_keys[li];
+        // Both compressors' projections: the main one's rows, then the indexer's.
+        let main_w = self.compressor.as_ref().map_or(0, Compressor::proj_width);
+        let (kv_all, gate_all) = (&mut s.v4.raw_kv, &mut s.v4.raw_gate);
+        let (main_kv, ix_kv) = kv_all.split_at_mut(n * main_w);
+        let (main_gate, ix_gate) = gate_all.split_at_mut(n * main_w);
         if let Some(c) = &self.compressor {
-            c.advance(xn, n, start, side, stride, 0, eps, &mut s.v4);
+            c.project(xn, n, main_kv, main_gate);
         }
         if let Some(ix) = &self.indexer {
-            let off = self.compressor.as_ref().map_or(0, Compressor::width);
-            ix.compressor
-                .advance(xn, n, start, side, stride, off, eps, &mut s.v4);
-            self.select(ix, st, &kv.index_keys[li], stride, off, s);
+            ix.compressor.project(xn, n, ix_kv, ix_gate);
+            self.index_queries(ix, st, s);
         }
-        self.attend(st, kv, s);
+        let ring = kv.rings[li]
+            .as_mut()
+            .expect("a DeepSeek-V4 layer's cache has rings");
+        ring.begin(start);
+        let (ix_raw, ix_entry) = self.indexer_offsets();
+        let piece = ring.piece();
+        for a in (0..n).step_by(piece) {
+            let b = (a + piece).min(n);
+            for t in a..b {
+                ring.set_key(start + t, &s.k[t * hd..(t + 1) * hd]);
+            }
+            let c4 = &mut s.v4;
+            let (main_kv, ix_kv) = c4.raw_kv.split_at(n * main_w);
+            let (main_gate, ix_gate) = c4.raw_gate.split_at(n * main_w);
+            for t in (a..b).filter(|_| self.compressor.is_some()) {
+                let row = ring.raw_mut(start + t);
+                if let Some(c) = &self.compressor {
+                    c.store(main_kv, main_gate, t, row, 0);
+                }
+                if let Some(ix) = &self.indexer {
+                    ix.compressor.store(ix_kv, ix_gate, t, row, ix_raw);
+                }
+            }
+            for p in start + a..start + b {
+                if let Some(c) = self.compressor.as_ref() {
+                    if (p + 1).is_multiple_of(c.rate) {
+                        c.finish(p / c.rate, ring, 0, 0, eps, c4);
+                        if let Some(ix) = &self.indexer {
+                            ix.compressor
+                                .finish(p / c.rate, ring, ix_raw, ix_entry, eps, c4);
+                        }
+                    }
+                }
+            }
+            if let Some(ix) = &self.indexer {
+                self.select(ix, st, ring, a..b, s);
+            }
+            self.attend(st, ring, a..b, s);
+        }
         let attn = &mut s.attn[..n * nh * hd];
         for (i, head) in attn.chunks_exact_mut(hd).enumerate() {
             rotate(&self.rope, rd, start + i / nh, head, true);
@@ -428,30 +472,39 @@ impl CompressedAttention {
         self.output(n, h, s);
     }
 
-    /// Each token's indexer selection: the `top_k` best-scoring finished entries (ties to
-    /// the earlier entry), in increasing order, into `s.v4.sel`.
-    fn select(
-        &self,
-        ix: &LightningIndexer,
-        st: &Step,
-        side: &[f32],
-        stride: usize,
-        off: usize,
-        s: &mut Scratch,
-    ) {
-        let (n, start, h) = (st.n, st.start, st.model.info.hidden_size);
-        let comp = &ix.compressor;
-        let (ih, id) = (ix.heads, comp.dim);
+    /// The indexer's queries and head weights for the step's tokens.
+    fn index_queries(&self, ix: &LightningIndexer, st: &Step, s: &mut Scratch) {
+        let (n, h) = (st.n, st.model.info.hidden_size);
+        let (ih, id) = (ix.heads, ix.compressor.dim);
         let c = &mut s.v4;
         let (iq, iw) = (&mut c.iq[..n * ih * id], &mut c.iw[..n * ih]);
         ix.q_b.forward(&c.qr[..n * self.q_a.rows], n, iq);
         ix.weights.forward(&s.xn[..n * h], n, iw);
-        let (softmax_scale, weight_scale) = (1.0 / (id as f32).sqrt(), 1.0 / (ih as f32).sqrt());
+        let weight_scale = 1.0 / (ih as f32).sqrt();
         for w in iw.iter_mut() {
             *w *= weight_scale;
         }
+    }
+
+    /// The selection of the step's tokens `tokens`: each one's `top_k` best-scoring
+    /// finished entries (ties to the earlier entry), in increasing order, into
+    /// `s.v4.sel`.
+    fn select(
+        &self,
+        ix: &LightningIndexer,
+        st: &Step,
+        ring: &RingCache,
+        tokens: std::ops::Range<usize>,
+        s: &mut Scratch,
+    ) {
+        let start = st.start;
+        let comp = &ix.compressor;
+        let (ih, id) = (ix.heads, comp.dim);
+        let (_, off) = self.indexer_offsets();
+        let c = &mut s.v4;
+        let softmax_scale = 1.0 / (id as f32).sqrt();
         let stride_sel = ix.top_k.min(st.ctx() / comp.rate);
-        for t in 0..n {
+        for t in tokens {
             let p = start + t;
             let ready = (p + 1) / comp.rate;
             let sel = &mut c.sel[t * stride_sel..(t + 1) * stride_sel];
@@ -463,18 +516,16 @@ impl CompressedAttention {
                 c.sel_len[t] = ready;
                 continue;
             }
-            for head in iq[t * ih * id..(t + 1) * ih * id].chunks_exact_mut(id) {
+            let q = &mut c.iq[t * ih * id..(t + 1) * ih * id];
+            for head in q.chunks_exact_mut(id) {
                 rotate(&comp.rope, comp.rope_dim, p, head, false);
             }
             let scores = &mut c.index_scores[..ready];
-            let (q, wts) = (
-                &iq[t * ih * id..(t + 1) * ih * id],
-                &iw[t * ih..(t + 1) * ih],
-            );
+            let (q, wts) = (&*q, &c.iw[t * ih..(t + 1) * ih]);
             // Each entry's score is its own serial sum over the heads: the same bits
             // whichever thread computes it.
             let score = |(win, sc): (usize, &mut f32)| {
-                let key = comp.entry(side, stride, off, win);
+                let key = &ring.entry(win)[off..off + id];
                 let mut total = 0.0f32;
                 for (hq, &wt) in q.chunks_exact(id).zip(wts) {
                     total += dot_f32(hq, key).max(0.0) * softmax_scale * wt;
@@ -492,41 +543,43 @@ impl CompressedAttention {
         }
     }
 
-    /// Attention of every (token, head): the sliding window's keys, then the compressed
-    /// entries (every finished one on HCA layers, the selection on CSA layers), and the
-    /// head's sink.
-    fn attend(&self, st: &Step, kv: &KvCache, s: &mut Scratch) {
-        let (n, start, li) = (st.n, st.start, st.layer);
+    /// Attention of every (token, head) of the step's tokens `tokens`: the sliding
+    /// window's keys, then the compressed entries (every finished one on HCA layers, the
+    /// selection on CSA layers), and the head's sink.
+    fn attend(&self, st: &Step, ring: &RingCache, tokens: std::ops::Range<usize>, s: &mut Scratch) {
+        let start = st.start;
         let (hd, nh) = (self.head_dim, self.heads);
         let scale = 1.0 / (hd as f32).sqrt();
-        let keys = &kv.keys[li][..];
-        let side = &kv.index_keys[li][..];
-        let stride = self.side_width();
         let rate = self.rate();
         let ctx = st.ctx();
         let row_len = self.window.min(ctx) + ctx.checked_div(rate).unwrap_or(0);
-        let items = n * nh;
+        let first_item = tokens.start * nh;
+        let items = tokens.len() * nh;
+        if items == 0 {
+            return;
+        }
         let per_task = items.div_ceil(ATTENTION_TASKS.min(items));
-        let q = &s.q[..n * nh * hd];
+        let q = &s.q[..st.n * nh * hd];
         let (sel, sel_len) = (&s.v4.sel, &s.v4.sel_len);
         let top_k = self
             .indexer
             .as_ref()
             .map_or(0, |i| i.top_k.min(ctx / rate.max(1)));
-        s.attn[..n * nh * hd]
+        let entry_dim = self.compressor.as_ref().map_or(0, |c| c.dim);
+        s.attn[first_item * hd..(first_item + items) * hd]
             .par_chunks_mut(per_task * hd)
             .zip(s.v4.scores[..items.div_ceil(per_task) * row_len].par_chunks_mut(row_len))
             .enumerate()
             .for_each(|(task, (outs, scores))| {
                 for (j, out) in outs.chunks_mut(hd).enumerate() {
-                    let i = task * per_task + j;
+                    let i = first_item + task * per_task + j;
                     let (t, head) = (i / nh, i % nh);
                     let p = start + t;
                     let qh = &q[i * hd..(i + 1) * hd];
                     let first = (p + 1).saturating_sub(self.window);
                     let mut used = 0;
                     for pos in first..=p {
-                        scores[used] = dot_f32(qh, &keys[pos * hd..(pos + 1) * hd]) * scale;
+                        scores[used] = dot_f32(qh, ring.key(pos)) * scale;
                         used += 1;
                     }
                     let entries: &[u32] = match (&self.compressor, &self.indexer) {
@@ -539,10 +592,7 @@ impl CompressedAttention {
                     };
                     let entry = |k: usize| -> &[f32] {
                         let win = if all > 0 { k } else { entries[k] as usize };
-                        self.compressor
-                            .as_ref()
-                            .map(|c| c.entry(side, stride, 0, win))
-                            .unwrap_or(&[])
+                        &ring.entry(win)[..entry_dim]
                     };
                     let extra = all + entries.len();
                     for k in 0..extra {
@@ -552,7 +602,7 @@ impl CompressedAttention {
                     softmax_with_sink(&mut scores[..total], self.sinks[head]);
                     out.fill(0.0);
                     for (pos, &pr) in (first..=p).zip(&scores[..used]) {
-                        for (o, &v) in out.iter_mut().zip(&keys[pos * hd..(pos + 1) * hd]) {
+                        for (o, &v) in out.iter_mut().zip(ring.key(pos)) {
                             *o += pr * v;
                         }
                     }

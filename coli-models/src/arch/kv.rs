@@ -1,6 +1,9 @@
 //! The KV cache and the shape the family gives it. The planner sizes memory from the same
 //! [`KvShape`] and [`KvCache::bytes_for`], so its figure is the allocation's.
 
+use std::io::{Read, Write};
+
+use super::ring::{RingCache, RingShape, RING_SLACK};
 use super::{Mixer, Transformer};
 
 /// Elements the KV cache keeps per position and layer.
@@ -47,6 +50,9 @@ pub struct KvLayout {
     pub attends: Vec<bool>,
     /// Per layer, the floats of its fixed-size recurrent state per sequence (0: none).
     pub state_floats: Vec<usize>,
+    /// Per layer, the rings and entries of a DeepSeek-V4 attention layer (which then
+    /// keeps no keys per position: `attends` is false).
+    pub rings: Vec<Option<RingShape>>,
 }
 
 impl KvLayout {
@@ -58,6 +64,7 @@ impl KvLayout {
             index_widths: vec![0; layers],
             attends: vec![true; layers],
             state_floats: vec![0; layers],
+            rings: vec![None; layers],
         }
     }
 
@@ -69,6 +76,7 @@ impl KvLayout {
             index_widths: index_key_widths(model).collect(),
             attends: model.layers.iter().map(|l| attends(&l.attn)).collect(),
             state_floats: model.layers.iter().map(|l| state_floats(&l.attn)).collect(),
+            rings: model.layers.iter().map(|l| ring_shape(&l.attn)).collect(),
         }
     }
 
@@ -76,13 +84,31 @@ impl KvLayout {
     pub fn bytes_per_position(&self) -> usize {
         let per_layer = self.shape.key_width + self.shape.value_width;
         let attending = self.attends.iter().filter(|&&a| a).count();
-        (attending * per_layer + self.index_widths.iter().sum::<usize>())
+        let entries: usize = self
+            .rings
+            .iter()
+            .flatten()
+            .map(RingShape::entry_floats_per_position)
+            .sum();
+        (attending * per_layer + self.index_widths.iter().sum::<usize>() + entries)
             * std::mem::size_of::<f32>()
     }
 
-    /// Bytes of the recurrent states of one sequence, whatever its length.
-    pub fn state_bytes(&self) -> usize {
-        self.state_floats.iter().sum::<usize>() * std::mem::size_of::<f32>()
+    /// Bytes a cache of `capacity` positions allocates.
+    pub fn bytes(&self, capacity: usize) -> usize {
+        self.bytes_per_position() * capacity + self.state_bytes(capacity)
+    }
+
+    /// Bytes one sequence keeps whatever its length: recurrent states, and DeepSeek-V4's
+    /// rings (a cache of `capacity` positions, fewer than a ring's, holds less).
+    pub fn state_bytes(&self, capacity: usize) -> usize {
+        let rings: usize = self
+            .rings
+            .iter()
+            .flatten()
+            .map(|r| r.ring_floats(RING_SLACK, capacity))
+            .sum();
+        (self.state_floats.iter().sum::<usize>() + rings) * std::mem::size_of::<f32>()
     }
 }
 
@@ -96,6 +122,8 @@ pub struct KvCache {
     /// Per layer, the recurrent state of a linear-attention layer (empty elsewhere); a
     /// forward starting at position 0 resets it.
     pub(crate) states: Vec<Vec<f32>>,
+    /// Per layer, a DeepSeek-V4 attention layer's rings and entries.
+    pub(crate) rings: Vec<Option<RingCache>>,
     /// Positions the cache can hold.
     pub capacity: usize,
 }
@@ -103,6 +131,13 @@ pub struct KvCache {
 impl KvCache {
     /// Allocates the whole cache up front (decode never allocates).
     pub fn new(model: &Transformer, capacity: usize) -> KvCache {
+        KvCache::with_slack(model, capacity, RING_SLACK)
+    }
+
+    /// [`KvCache::new`] with rings of `slack` positions beyond what DeepSeek-V4 layers
+    /// read (the default is [`RING_SLACK`]): how far a sequence can be cut back and
+    /// continued exactly. Tests use small rings to make them wrap.
+    pub fn with_slack(model: &Transformer, capacity: usize, slack: usize) -> KvCache {
         let (kw, vw) = (model.info.kv.key_width, model.info.kv.value_width);
         let per_layer = |w: usize| {
             model
@@ -122,6 +157,11 @@ impl KvCache {
                 .iter()
                 .map(|l| vec![0.0; state_floats(&l.attn)])
                 .collect(),
+            rings: model
+                .layers
+                .iter()
+                .map(|l| ring_shape(&l.attn).map(|r| RingCache::new(r, slack, capacity)))
+                .collect(),
             capacity,
         }
     }
@@ -130,6 +170,35 @@ impl KvCache {
     /// earlier position: see [`KvCache::save_states`]).
     pub fn has_states(&self) -> bool {
         self.states.iter().any(|s| !s.is_empty())
+    }
+
+    /// The shortest length the sequence held can be cut back to and continued exactly
+    /// (0 without V4 rings; a recurrent state cannot be cut back at all: see
+    /// [`KvCache::has_states`]).
+    pub fn floor(&self) -> usize {
+        self.rings
+            .iter()
+            .flatten()
+            .map(RingCache::floor)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// How many positions back from its length the sequence can always be cut and
+    /// continued exactly (unbounded without V4 rings).
+    pub fn cut_depth(&self) -> usize {
+        self.rings
+            .iter()
+            .flatten()
+            .map(RingCache::piece)
+            .min()
+            .unwrap_or(usize::MAX)
+    }
+
+    /// Whether some layer keeps only its last positions (then a cut deeper than
+    /// [`KvCache::floor`] starts over, and a failed forward may have overwritten them).
+    pub fn has_rings(&self) -> bool {
+        self.rings.iter().any(Option::is_some)
     }
 
     /// Copies every recurrent state into `into` (grown to fit), to go back to this point.
@@ -153,8 +222,60 @@ impl KvCache {
 
     /// Bytes [`KvCache::new`] allocates for `capacity` positions, without allocating.
     pub fn bytes_for(model: &Transformer, capacity: usize) -> usize {
-        let l = KvLayout::of(model);
-        l.bytes_per_position() * capacity + l.state_bytes()
+        KvLayout::of(model).bytes(capacity)
+    }
+
+    /// Writes the first `n` positions' keys, values and side rows, then the recurrent
+    /// states and the rings (f32, little-endian; see [`RingCache::write`]). `n` must not
+    /// be below [`KvCache::floor`], and a recurrent state is the state after every
+    /// position held, whatever `n`.
+    pub(crate) fn write(&self, n: usize, w: &mut dyn Write) -> std::io::Result<()> {
+        for buf in self.keys.iter().chain(&self.values).chain(&self.index_keys) {
+            let width = buf.len() / self.capacity.max(1);
+            for x in &buf[..n * width] {
+                w.write_all(&x.to_le_bytes())?;
+            }
+        }
+        for state in &self.states {
+            for &x in state {
+                // A sequence of no tokens has a zero state, whatever the cache holds.
+                let x = if n == 0 { 0.0 } else { x };
+                w.write_all(&x.to_le_bytes())?;
+            }
+        }
+        for ring in self.rings.iter().flatten() {
+            ring.write(n, w)?;
+        }
+        Ok(())
+    }
+
+    /// Reads what [`KvCache::write`] wrote for `n` positions.
+    pub(crate) fn read(&mut self, n: usize, r: &mut dyn Read) -> std::io::Result<()> {
+        let cap = self.capacity.max(1);
+        let mut b4 = [0u8; 4];
+        let mut read = |xs: &mut [f32]| -> std::io::Result<()> {
+            for x in xs {
+                r.read_exact(&mut b4)?;
+                *x = f32::from_le_bytes(b4);
+            }
+            Ok(())
+        };
+        for buf in self
+            .keys
+            .iter_mut()
+            .chain(self.values.iter_mut())
+            .chain(self.index_keys.iter_mut())
+        {
+            let width = buf.len() / cap;
+            read(&mut buf[..n * width])?;
+        }
+        for state in self.states.iter_mut() {
+            read(state)?;
+        }
+        for ring in self.rings.iter_mut().flatten() {
+            ring.read(n, r)?;
+        }
+        Ok(())
     }
 
     /// Bytes the cache holds.
@@ -166,7 +287,13 @@ impl KvCache {
             .chain(&self.index_keys)
             .chain(&self.states)
             .map(Vec::len)
-            .sum();
+            .sum::<usize>()
+            + self
+                .rings
+                .iter()
+                .flatten()
+                .map(RingCache::floats)
+                .sum::<usize>();
         n * std::mem::size_of::<f32>()
     }
 }
@@ -180,14 +307,21 @@ fn index_key_widths(model: &Transformer) -> impl Iterator<Item = usize> + '_ {
             .as_ref()
             .and_then(|d| d.indexer.as_ref())
             .map_or(0, |ind| ind.head_dim),
-        Mixer::Compressed(c) => c.side_width(),
-        Mixer::Gqa(_) | Mixer::DeltaNet(_) => 0,
+        Mixer::Gqa(_) | Mixer::DeltaNet(_) | Mixer::Compressed(_) => 0,
     })
 }
 
 /// Whether a layer's mixer keeps keys and values per position.
 fn attends(m: &Mixer) -> bool {
-    !matches!(m, Mixer::DeltaNet(_))
+    !matches!(m, Mixer::DeltaNet(_) | Mixer::Compressed(_))
+}
+
+/// The rings of a DeepSeek-V4 attention layer.
+fn ring_shape(m: &Mixer) -> Option<RingShape> {
+    match m {
+        Mixer::Compressed(c) => Some(c.ring_shape()),
+        _ => None,
+    }
 }
 
 /// Floats of a layer's recurrent state per sequence.

@@ -30,6 +30,7 @@ pub mod mlp;
 pub mod moe;
 pub mod mtp;
 pub mod placement;
+pub mod ring;
 pub mod scratch;
 
 use coli_kernels::norm::rms_norm;

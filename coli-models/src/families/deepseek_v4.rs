@@ -96,10 +96,11 @@ impl Family for DeepseekV4 {
                 value_width: 0,
             },
         );
-        l.index_widths = set
+        l.attends = vec![false; n];
+        l.rings = set
             .attention
             .iter()
-            .map(|&k| set.side_width(k, cfg.index_head_dim))
+            .map(|&k| Some(set.ring_shape(k, cfg.sliding_window, cfg.index_head_dim)))
             .collect();
         Ok(l)
     }

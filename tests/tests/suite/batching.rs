@@ -238,11 +238,16 @@ fn a_recurrent_state_is_reused_whole_or_not_at_all() {
     }
 }
 
-/// A saved slot carries the recurrent state with the tokens: loaded into another slot, a
-/// continuation of the whole history gives the tokens of a fresh slot.
+/// A saved slot carries the recurrent state (or DeepSeek-V4's rings) with the tokens:
+/// loaded into another slot, a continuation of the whole history gives the tokens of a
+/// fresh slot.
 #[test]
 fn a_saved_recurrent_state_comes_back_with_its_slot() {
-    for name in ["qwen3_next_hybrid", "qwen3_5_moe_text_shard"] {
+    for name in [
+        "qwen3_next_hybrid",
+        "qwen3_5_moe_text_shard",
+        "deepseek_v4_hash_csa",
+    ] {
         let engine = Engine::open(&fixtures_dir().join(name), &Placement::default()).unwrap();
         let reqs = requests(engine.model().info.vocab_size as u32);
         let mut slot = engine.slot(64);

@@ -10,6 +10,7 @@ use coli_core::{ModelDir, RawConfig, RopeParameters, RopeScaling};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::arch::ring::RingShape;
 use crate::error::Result;
 use crate::families::skeleton::{layer_kinds, CommonConfig};
 
@@ -217,13 +218,33 @@ pub struct V4Settings {
 }
 
 impl V4Settings {
-    /// Floats a layer keeps per position in the cache's side rows.
-    pub(super) fn side_width(&self, kind: V4Attention, index_head_dim: usize) -> usize {
+    /// What a layer keeps in the cache (see [`RingShape`]): the window's keys, the
+    /// compressors' raw `kv` and `gate` rows (two series each on CSA, for the main
+    /// compressor and the indexer's) and their entries.
+    pub(super) fn ring_shape(
+        &self,
+        kind: V4Attention,
+        window: usize,
+        index_head_dim: usize,
+    ) -> RingShape {
         let hd = self.head_dim;
-        match kind {
-            V4Attention::Sliding => 0,
-            V4Attention::Hca => 2 * hd + hd,
-            V4Attention::Csa => (4 * hd + hd) + (4 * index_head_dim + index_head_dim),
+        let (rate, overlap, raw_width, entry_width) = match kind {
+            V4Attention::Sliding => (0, false, 0, 0),
+            V4Attention::Hca => (self.rates.1, false, 2 * hd, hd),
+            V4Attention::Csa => (
+                self.rates.0,
+                true,
+                4 * hd + 4 * index_head_dim,
+                hd + index_head_dim,
+            ),
+        };
+        RingShape {
+            window,
+            key_width: hd,
+            rate,
+            overlap,
+            raw_width,
+            entry_width,
         }
     }
 }
