@@ -59,8 +59,20 @@ pub struct Scales {
 pub enum ScaleValues {
     /// As f32 (FP8's `weight_scale_inv`, coli's int8/int4 containers).
     F32(std::sync::Arc<[f32]>),
-    /// As the checkpoint's E8M0 bytes (MXFP4: a quarter of the memory of f32).
-    E8M0(std::sync::Arc<[u8]>),
+    /// The checkpoint's E8M0 tensor where it lies, not read at load (a quarter of the
+    /// memory of f32): the FP4 experts of DeepSeek-V4 and gpt-oss, whose scales the expert
+    /// store streams with their matrices (and
+    /// [`crate::arch::Transformer::make_experts_resident`] copies with them). Its bytes
+    /// are checked for NaN (255) as they are read ([`check_e8m0`]).
+    E8M0View(TensorView),
+}
+
+/// Refuses E8M0 scales holding 255, NaN in E8M0 (the error says which one).
+pub fn check_e8m0(bytes: &[u8]) -> std::result::Result<(), String> {
+    match bytes.iter().position(|&b| b == 255) {
+        Some(i) => Err(format!("scale {i} is 255, NaN in E8M0")),
+        None => Ok(()),
+    }
 }
 
 impl Scales {
@@ -73,8 +85,8 @@ impl Scales {
             let at = (r / self.block_rows) * per_row;
             match &self.values {
                 ScaleValues::F32(v) => out.extend_from_slice(&v[at..at + per_row]),
-                ScaleValues::E8M0(v) => out.extend(
-                    v[at..at + per_row]
+                ScaleValues::E8M0View(v) => out.extend(
+                    v.bytes()[at..at + per_row]
                         .iter()
                         .map(|&b| coli_core::dtype::e8m0_to_f32(b)),
                 ),
@@ -92,7 +104,7 @@ impl Scales {
         BlockScales {
             scales: match &self.values {
                 ScaleValues::F32(v) => ScaleData::F32(v),
-                ScaleValues::E8M0(v) => ScaleData::E8M0(v),
+                ScaleValues::E8M0View(v) => ScaleData::E8M0(v.bytes()),
             },
             block_rows: self.block_rows,
             block_cols: self.block_cols,
@@ -176,7 +188,8 @@ impl Linear {
     /// (I8 or U8, two `e2m1` values per byte, even column low) and one scale per 32
     /// columns, `{stem}.scale` `[rows, cols / 32]` (`stem` is `name` without `.weight`),
     /// as E8M0 (`ue8m0`) or F32. Errors name the tensor: a width that is not whole blocks,
-    /// a NaN or non-finite scale, another dtype.
+    /// a non-finite F32 scale, another dtype. E8M0 scales stay where they lie
+    /// ([`ScaleValues::E8M0View`]); a NaN among them is an error when they are read.
     pub fn load_fp4(dir: &ModelDir, name: &str, rows: usize, cols: usize) -> Result<Linear> {
         const BLOCK: usize = 32;
         let bad = |n: &str, msg: String| crate::error::ModelError::BadTensor {
@@ -202,13 +215,8 @@ impl Linear {
         let scale_name = format!("{}.scale", name.strip_suffix(".weight").unwrap_or(name));
         let s = dir.tensor_shaped(&scale_name, &[rows, cols / BLOCK])?;
         let values = match s.dtype()? {
-            DType::F8E8M0 => {
-                let raw = s.read_bytes()?;
-                if let Some(i) = raw.iter().position(|&b| b == 255) {
-                    return Err(bad(&scale_name, format!("scale {i} is 255, NaN in E8M0")));
-                }
-                ScaleValues::E8M0(raw.into())
-            }
+            // Not read here: 8.7 GB on V4-Flash, streamed with the experts.
+            DType::F8E8M0 => ScaleValues::E8M0View(s),
             DType::F32 | DType::BF16 => {
                 let v = s.to_f32_vec()?;
                 if let Some(x) = v.iter().find(|x| !x.is_finite()) {
@@ -239,9 +247,9 @@ impl Linear {
 
     /// Expert `e` of a fused MXFP4 tensor as the gpt-oss releases store it: `{name}_blocks`
     /// `[E, rows, cols / 32, 16]` (two `e2m1` values per byte, even column low) and
-    /// `{name}_scales` `[E, rows, cols / 32]` (E8M0: `2^(s - 127)`, read once here), with the
-    /// row of `{name}_bias` `[E, rows]` as the bias. Errors name the tensor: a scale of 255
-    /// (NaN in E8M0) or a width that is not a multiple of 32.
+    /// `{name}_scales` `[E, rows, cols / 32]` (E8M0: `2^(s - 127)`, left where they lie and
+    /// checked for NaN as they are read), with the row of `{name}_bias` `[E, rows]` as the
+    /// bias. Errors name the tensor: a width that is not a multiple of 32, a dtype.
     pub fn load_mxfp4_expert(
         dir: &ModelDir,
         name: &str,
@@ -278,13 +286,6 @@ impl Linear {
                 format!("expected U8 (E8M0), found {}", scales.dtype_name),
             ));
         }
-        let raw = scales.outer(e)?.read_bytes()?;
-        if let Some(i) = raw.iter().position(|&s| s == 255) {
-            return Err(bad(
-                &scales_name,
-                format!("expert {e}: scale {i} is 255, NaN in E8M0"),
-            ));
-        }
         let bias_name = format!("{name}_bias");
         let bias = dir
             .tensor_shaped(&bias_name, &[n_experts, rows])?
@@ -296,9 +297,10 @@ impl Linear {
             rows,
             cols,
             bias: Some(bias),
-            // Kept as E8M0 bytes; the kernels widen a row's worth as they read it.
+            // E8M0 bytes left where they lie, streamed with the expert; the kernels widen
+            // a row's worth as they read it.
             scales: Some(Scales {
-                values: ScaleValues::E8M0(raw.into()),
+                values: ScaleValues::E8M0View(scales.outer(e)?),
                 block_rows: 1,
                 block_cols: BLOCK,
             }),
@@ -407,6 +409,25 @@ impl Linear {
     /// Block scales of a quantized weight.
     pub fn scales(&self) -> Option<&Scales> {
         self.scales.as_ref()
+    }
+
+    /// The scales' tensor when they are left where they lie ([`ScaleValues::E8M0View`]).
+    pub fn scale_view(&self) -> Option<&TensorView> {
+        match self.scales.as_ref().map(|s| &s.values) {
+            Some(ScaleValues::E8M0View(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Points the scales at another copy of the same bytes (after
+    /// [`Linear::scale_view`]).
+    pub fn set_scale_view(&mut self, view: TensorView) {
+        if let Some(s) = self.scales.as_mut() {
+            if let ScaleValues::E8M0View(v) = &mut s.values {
+                assert_eq!(view.bytes().len(), v.bytes().len());
+                *v = view;
+            }
+        }
     }
 
     /// Points the layer at another copy of the same bytes.

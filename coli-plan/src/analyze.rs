@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 pub const SIDECAR: &str = ".coli_analysis.json";
 
 /// Version of the sidecar format (a different version is a miss).
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 
 /// Full scans run by this process.
 pub static SCANS: AtomicU64 = AtomicU64::new(0);

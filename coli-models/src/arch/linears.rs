@@ -126,10 +126,30 @@ impl Transformer {
             .filter(|(r, _)| matches!(r, LinearRole::Expert { .. }) == experts)
             .map(|(_, l)| l)
             .collect();
-        let views: Vec<coli_core::TensorView> = linears.iter().map(|l| l.view().clone()).collect();
-        let resident = coli_core::make_resident(&views.iter().collect::<Vec<_>>())?;
+        // The matrices, then the scales left where they lie (DeepSeek-V4's FP4 experts).
+        let mut views: Vec<coli_core::TensorView> =
+            linears.iter().map(|l| l.view().clone()).collect();
+        let scaled: Vec<usize> = (0..linears.len())
+            .filter(|&i| linears[i].scale_view().is_some())
+            .collect();
+        views.extend(
+            scaled
+                .iter()
+                .filter_map(|&i| linears[i].scale_view().cloned()),
+        );
+        let mut resident = coli_core::make_resident(&views.iter().collect::<Vec<_>>())?;
+        let scales = resident.split_off(linears.len());
         for (l, v) in linears.iter_mut().zip(resident) {
             l.set_view(v);
+        }
+        for (&i, v) in scaled.iter().zip(scales) {
+            crate::weights::check_e8m0(v.bytes()).map_err(|msg| {
+                crate::error::ModelError::BadTensor {
+                    name: v.name.clone(),
+                    msg,
+                }
+            })?;
+            linears[i].set_scale_view(v);
         }
         Ok(())
     }

@@ -6,7 +6,8 @@ use std::path::Path;
 use super::{Expert, Ffn, Transformer};
 use crate::error::Result;
 use crate::experts::{
-    available_memory, ExpertLocation, ExpertStore, MatrixLocation, Placement, StoreConfig,
+    available_memory, ExpertLocation, ExpertStore, MatrixLocation, Placement, ScaleLocation,
+    StoreConfig,
 };
 use crate::weights::Linear;
 
@@ -26,6 +27,18 @@ pub struct ExpertCensus {
 fn matrix_location(l: &Linear) -> MatrixLocation {
     let v = l.view();
     let r = v.file_range();
+    // Scales left where they lie are read with the matrix; others are resident.
+    let streamed_scales = l.scale_view().map(|s| {
+        let r = s.file_range();
+        let block = l.scales().map_or((1, 1), |x| (x.block_rows, x.block_cols));
+        ScaleLocation {
+            path: s.file.clone(),
+            offset: r.start,
+            len: (r.end - r.start) as usize,
+            block_rows: block.0,
+            block_cols: block.1,
+        }
+    });
     MatrixLocation {
         path: v.file.clone(),
         offset: r.start,
@@ -33,8 +46,15 @@ fn matrix_location(l: &Linear) -> MatrixLocation {
         fmt: l.format(),
         rows: l.rows,
         cols: l.cols,
-        scales: l.scales().cloned(),
+        scales: l.scales().filter(|_| streamed_scales.is_none()).cloned(),
+        streamed_scales,
     }
+}
+
+/// Bytes of a routed expert's matrix as the store reads it: its data and its streamed
+/// scales.
+fn streamed_bytes(l: &Linear) -> u64 {
+    (l.view().bytes().len() + l.scale_view().map_or(0, |s| s.bytes().len())) as u64
 }
 
 fn expert_location(m: &Expert) -> ExpertLocation {
@@ -57,11 +77,7 @@ impl Transformer {
                 c.moe_layers += 1;
                 c.experts_per_layer = c.experts_per_layer.max(moe.experts.len());
                 for m in &moe.experts {
-                    let b: u64 = m
-                        .linears()
-                        .iter()
-                        .map(|l| l.view().bytes().len() as u64)
-                        .sum();
+                    let b: u64 = m.linears().iter().map(|l| streamed_bytes(l)).sum();
                     c.expert_bytes = c.expert_bytes.max(b);
                     c.total_bytes += b;
                 }

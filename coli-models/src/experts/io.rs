@@ -37,10 +37,31 @@ pub struct MatrixLocation {
     pub cols: usize,
     /// Block or row scales (resident), where the format has them.
     pub scales: Option<Scales>,
+    /// E8M0 block scales read with the matrix instead (DeepSeek-V4's FP4 experts).
+    pub streamed_scales: Option<ScaleLocation>,
+}
+
+/// Where a matrix's streamed E8M0 scales are: in the same shard or another, one byte per
+/// block of `block_rows x block_cols`.
+#[derive(Clone, Debug)]
+pub struct ScaleLocation {
+    /// The shard holding them.
+    pub path: PathBuf,
+    /// Byte offset of their data in the file.
+    pub offset: u64,
+    /// Bytes (one per block).
+    pub len: usize,
+    /// Rows per block.
+    pub block_rows: usize,
+    /// Columns per block.
+    pub block_cols: usize,
 }
 
 /// Most matrices an expert has (SwiGLU: gate, up, down; gpt-oss: gate_up, down).
-pub const MAX_PARTS: usize = 3;
+pub const MAX_MATRICES: usize = 3;
+
+/// Most byte ranges an expert is read from: its matrices and their streamed scales.
+pub const MAX_PARTS: usize = 2 * MAX_MATRICES;
 
 /// Where an expert's matrices are, in the order its forward takes them (at most
 /// [`MAX_PARTS`]).
@@ -60,9 +81,14 @@ pub(crate) struct Part {
     pub(crate) rows: usize,
     pub(crate) cols: usize,
     pub(crate) scales: Option<Scales>,
+    /// A matrix's streamed E8M0 scales: their part's index and block shape.
+    pub(crate) streamed: Option<(usize, usize, usize)>,
+    /// This part is a matrix's streamed E8M0 scales (checked for NaN when read).
+    pub(crate) is_scales: bool,
 }
 
-/// An expert's parts, and whether one read covers them all.
+/// An expert's parts (its matrices first, in order, then their streamed scales), and
+/// whether one read covers them all.
 #[derive(Clone, Debug)]
 pub(crate) struct ExpertLoc {
     pub(crate) parts: Vec<Part>,
@@ -74,32 +100,50 @@ impl ExpertLoc {
     /// The store's form of `loc`, its files numbered in `paths` (added when new).
     pub(crate) fn new(loc: &ExpertLocation, paths: &mut Vec<PathBuf>) -> ExpertLoc {
         assert!(
-            (1..=MAX_PARTS).contains(&loc.parts.len()),
-            "an expert has 1 to {MAX_PARTS} matrices"
+            (1..=MAX_MATRICES).contains(&loc.parts.len()),
+            "an expert has 1 to {MAX_MATRICES} matrices"
         );
-        let parts: Vec<Part> = loc
-            .parts
-            .iter()
-            .cloned()
-            .map(|m| {
-                let file = match paths.iter().position(|p| *p == m.path) {
-                    Some(i) => i,
-                    None => {
-                        paths.push(m.path);
-                        paths.len() - 1
-                    }
-                };
-                Part {
-                    file,
-                    offset: m.offset,
-                    len: m.len,
+        let mut file_of = |path: &PathBuf| match paths.iter().position(|p| p == path) {
+            Some(i) => i,
+            None => {
+                paths.push(path.clone());
+                paths.len() - 1
+            }
+        };
+        let mut parts: Vec<Part> = Vec::with_capacity(MAX_PARTS);
+        let mut scale_parts: Vec<Part> = Vec::new();
+        for m in &loc.parts {
+            let streamed = m.streamed_scales.as_ref().map(|s| {
+                scale_parts.push(Part {
+                    file: file_of(&s.path),
+                    offset: s.offset,
+                    len: s.len,
                     fmt: m.fmt,
-                    rows: m.rows,
-                    cols: m.cols,
-                    scales: m.scales,
-                }
-            })
-            .collect();
+                    rows: 0,
+                    cols: 0,
+                    scales: None,
+                    streamed: None,
+                    is_scales: true,
+                });
+                (
+                    loc.parts.len() + scale_parts.len() - 1,
+                    s.block_rows,
+                    s.block_cols,
+                )
+            });
+            parts.push(Part {
+                file: file_of(&m.path),
+                offset: m.offset,
+                len: m.len,
+                fmt: m.fmt,
+                rows: m.rows,
+                cols: m.cols,
+                scales: m.scales.clone(),
+                streamed,
+                is_scales: false,
+            });
+        }
+        parts.extend(scale_parts);
         let same_file = parts.iter().all(|p| p.file == parts[0].file);
         let total: u64 = parts.iter().map(|p| p.len as u64).sum();
         let mut loc = ExpertLoc {
@@ -197,6 +241,12 @@ impl Shared {
                 self.paths[p.file].display()
             )
         };
+        let nan_scale = |p: &Part, m: String| {
+            format!(
+                "expert {expert} of layer {layer} in {}: {m}",
+                self.paths[p.file].display()
+            )
+        };
         if loc.coalesced {
             let (s, e) = loc.span();
             let at = self
@@ -215,6 +265,11 @@ impl Shared {
                 *o = pos + at;
                 pos = (pos + at + p.len).next_multiple_of(ALIGN);
                 bytes += p.len as u64;
+            }
+        }
+        for (p, &o) in loc.parts.iter().zip(&offsets) {
+            if p.is_scales {
+                crate::weights::check_e8m0(&dst[o..o + p.len]).map_err(|m| nan_scale(p, m))?;
             }
         }
         let c = &self.counters;
@@ -251,6 +306,10 @@ impl Shared {
             populate(map, p.offset as usize, end).map_err(|x| {
                 format!("reading expert {expert} of layer {layer} in place from {path}: faulting its pages in: {x}")
             })?;
+            if p.is_scales {
+                crate::weights::check_e8m0(&map[p.offset as usize..end])
+                    .map_err(|m| format!("expert {expert} of layer {layer} in {path}: {m}"))?;
+            }
         }
         let bytes: usize = loc.parts.iter().map(|p| p.len).sum();
         let c = &self.counters;

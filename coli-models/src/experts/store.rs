@@ -33,12 +33,13 @@ use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use coli_kernels::matmul::{BlockScales, ScaleData};
 use coli_kernels::MatRef;
 
 pub use super::config::{
     available_memory, CacheSize, Placement, Prefetch, StoreConfig, StoreStats,
 };
-pub use super::io::{ExpertLocation, MatrixLocation};
+pub use super::io::{ExpertLocation, MatrixLocation, ScaleLocation};
 
 use super::buffers::{BufPool, ExpertBuf};
 use super::config::Counters;
@@ -62,9 +63,14 @@ impl ExpertHandle<'_> {
         let p = &self.loc.parts[i];
         let bytes = self.buf.part(i, p.len);
         let m = MatRef::new(p.fmt, bytes, p.rows, p.cols);
-        match &p.scales {
-            None => m,
-            Some(s) => m.with_scales(s.block_scales()),
+        match (&p.scales, p.streamed) {
+            (_, Some((j, block_rows, block_cols))) => m.with_scales(BlockScales {
+                scales: ScaleData::E8M0(self.buf.part(j, self.loc.parts[j].len)),
+                block_rows,
+                block_cols,
+            }),
+            (Some(s), None) => m.with_scales(s.block_scales()),
+            (None, None) => m,
         }
     }
 }

@@ -74,9 +74,6 @@ impl Family for DeepseekV4 {
         shared: &[".mlp.shared_experts.", ".ffn.shared_experts."],
         indexer: &[".self_attn.compressor.indexer.", ".attn.indexer."],
         fused_experts: &[".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"],
-        // FP4 experts' scales are read at load and stay resident (as gpt-oss' MXFP4
-        // scales do).
-        resident_expert_tails: &[".scale"],
     };
 
     fn load(dir: &ModelDir) -> Result<Transformer> {

@@ -78,12 +78,14 @@ impl Family for GptOss {
     const MODEL_TYPES: &'static [&'static str] = &["gpt_oss"];
     const DISPLAY_NAME: &'static str = "gpt-oss";
     const CAPABILITIES: &'static [Capability] = &[Capability::Moe, Capability::Gqa];
-    /// The experts' MXFP4 blocks are streamed; their scales and biases are read once at
-    /// load and stay resident.
+    /// The experts' MXFP4 blocks and their E8M0 scales are streamed; their biases are
+    /// read once at load and stay resident.
     const LAYOUT: TensorLayout = TensorLayout {
         fused_experts: &[
             ".mlp.experts.gate_up_proj_blocks",
             ".mlp.experts.down_proj_blocks",
+            ".mlp.experts.gate_up_proj_scales",
+            ".mlp.experts.down_proj_scales",
         ],
         ..TensorLayout::STANDARD
     };

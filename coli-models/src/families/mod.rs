@@ -99,9 +99,6 @@ pub struct TensorLayout {
     /// Whole layer tails of tensors that hold every routed expert of the layer, stacked
     /// along the first dimension (gpt-oss' MXFP4 `_blocks`): expert `e` is slice `e`.
     pub fused_experts: &'static [&'static str],
-    /// Tails of routed experts' tensors that loading reads once and keeps resident
-    /// (DeepSeek-V4's FP4 `.scale`): classified dense, so the planner budgets them.
-    pub resident_expert_tails: &'static [&'static str],
 }
 
 impl TensorLayout {
@@ -117,7 +114,6 @@ impl TensorLayout {
         ],
         indexer: &[".self_attn.indexer."],
         fused_experts: &[],
-        resident_expert_tails: &[],
     };
 }
 
@@ -182,13 +178,6 @@ pub fn classify(layout: &TensorLayout, name: &str, n_layers: usize) -> TensorCla
     for infix in layout.experts {
         if let Some(after) = tail.strip_prefix(infix) {
             if let Some(Ok(expert)) = after.split_once('.').map(|(e, _)| e.parse::<usize>()) {
-                if layout
-                    .resident_expert_tails
-                    .iter()
-                    .any(|t| name.ends_with(t))
-                {
-                    return TensorClass::Dense;
-                }
                 return TensorClass::Expert { layer, expert };
             }
         }
@@ -342,17 +331,18 @@ mod tests {
             TensorClass::Mtp { layer: 61 }
         );
         assert_eq!(c("model.layers.x.mlp.experts.1.w"), TensorClass::Dense);
-        // gpt-oss: the MXFP4 blocks of all experts in one tensor per projection; scales
-        // and biases stay resident.
+        // gpt-oss: the MXFP4 blocks and scales of all experts in one tensor per
+        // projection, streamed; biases stay resident.
         let g = |n: &str| classify(&gpt_oss::GptOss::LAYOUT, n, 24);
         for n in [
             "model.layers.5.mlp.experts.gate_up_proj_blocks",
             "model.layers.5.mlp.experts.down_proj_blocks",
+            "model.layers.5.mlp.experts.gate_up_proj_scales",
+            "model.layers.5.mlp.experts.down_proj_scales",
         ] {
             assert_eq!(g(n), TensorClass::FusedExperts { layer: 5 }, "{n}");
         }
         for n in [
-            "model.layers.5.mlp.experts.gate_up_proj_scales",
             "model.layers.5.mlp.experts.down_proj_bias",
             "model.layers.5.mlp.router.weight",
             "model.layers.5.self_attn.sinks",
@@ -388,18 +378,23 @@ mod tests {
             q("model.language_model.embed_tokens.weight"),
             TensorClass::Dense
         );
-        // DeepSeek-V4 in both spellings: the release's per-expert FP4 weights stream, their
-        // scales are read once and stay resident; transformers' fused experts; MTP ignored.
+        // DeepSeek-V4 in both spellings: the release's per-expert FP4 weights and their
+        // scales stream; transformers' fused experts; MTP ignored.
         let v = |n: &str| classify(&deepseek_v4::DeepseekV4::LAYOUT, n, 43);
-        assert_eq!(
-            v("layers.7.ffn.experts.200.w2.weight"),
-            TensorClass::Expert {
-                layer: 7,
-                expert: 200
-            }
-        );
         for n in [
+            "layers.7.ffn.experts.200.w2.weight",
             "layers.7.ffn.experts.200.w2.scale",
+        ] {
+            assert_eq!(
+                v(n),
+                TensorClass::Expert {
+                    layer: 7,
+                    expert: 200
+                },
+                "{n}"
+            );
+        }
+        for n in [
             "layers.7.attn.wq_b.scale",
             "layers.7.ffn.gate.tid2eid",
             "hc_head_fn",

@@ -64,8 +64,8 @@ fn totals_agree_with_the_loaded_model() {
     assert!(a.mtp_bytes > 0, "the MTP layer is classified");
     let a = analyze_uncached(&fixture("glm5_dsa_full")).unwrap();
     assert!(a.indexer_bytes > 0 && a.shared_expert_bytes > 0);
-    // gpt-oss: the streamed bytes are exactly the MXFP4 blocks the store reads, rated as
-    // MXFP4; their E8M0 scales and biases stay resident (U8 / BF16).
+    // gpt-oss: the streamed bytes are exactly the MXFP4 blocks and E8M0 scales the store
+    // reads, rated as MXFP4; their biases stay resident (BF16).
     let name = "gpt_oss_window_yarn";
     let a = analyze_uncached(&fixture(name)).unwrap();
     let m = coli_models::load(fixture(name)).unwrap();
@@ -74,7 +74,7 @@ fn totals_agree_with_the_loaded_model() {
         a.expert_dtype_bytes.keys().collect::<Vec<_>>(),
         vec!["MXFP4"]
     );
-    assert!(a.resident_dtype_bytes.contains_key("U8"));
+    assert!(!a.resident_dtype_bytes.contains_key("U8"));
     // Qwen3.5 as the hub ships it: fused BF16 experts under model.language_model are the
     // store's bytes exactly, rated as BF16; the vision tower is neither resident nor
     // streamed.

@@ -245,3 +245,95 @@ fn rings_that_wrap_give_the_bits_of_a_cache_that_keeps_every_position() {
         }
     }
 }
+
+/// The FP4 fixture's routed-expert scale tensors (`….ffn.experts.E.wN.scale`) from its
+/// safetensors header: (name, start, end) of each's data.
+fn expert_scales(shard: &std::path::Path) -> Vec<(String, usize, usize)> {
+    let (h, _, _) = header(shard);
+    let mut out: Vec<(String, usize, usize)> = h
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.contains(".experts.") && k.ends_with(".scale"))
+        .map(|(k, v)| {
+            let o = &v["data_offsets"];
+            (
+                k.clone(),
+                o[0].as_u64().unwrap() as usize,
+                o[1].as_u64().unwrap() as usize,
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn fp4_expert_scales_are_streamed_with_their_experts() {
+    // The release keeps one E8M0 scale per 32 weights: 8.7 GB on V4-Flash. They are
+    // expert bytes, read with the matrices, not resident weights.
+    let r = Reference::load("deepseek_v4_fp4_release");
+    let shard = r.dir.join("model.safetensors");
+    let scales = expert_scales(&shard);
+    assert!(!scales.is_empty());
+    let (h, _, _) = header(&shard);
+    let m = coli_models::load(&r.dir).unwrap();
+    let census = m.expert_census();
+    let expert_tensors: usize = h
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.contains(".experts."))
+        .map(|(_, v)| {
+            let o = &v["data_offsets"];
+            (o[1].as_u64().unwrap() - o[0].as_u64().unwrap()) as usize
+        })
+        .sum();
+    assert_eq!(census.total_bytes as usize, expert_tensors);
+    // With one slot per layer every routed expert is read when used: the store counts
+    // the scales' bytes with the matrices'.
+    let mut m = coli_models::load(&r.dir).unwrap();
+    let p = coli_models::experts::Placement {
+        cache: coli_models::experts::CacheSize::Slots(1),
+        prefetch: coli_models::experts::Prefetch::Off,
+        ..Default::default()
+    };
+    m.place_experts(&r.dir, &p).unwrap();
+    let mut s = coli_models::Session::new(&m, 64);
+    s.forward(&r.ids(), false).unwrap();
+    let stats = m.store.as_ref().unwrap().stats();
+    let per_expert = census.expert_bytes;
+    assert!(stats.misses > 0);
+    assert_eq!(stats.bytes_read, stats.misses * per_expert, "{stats:?}");
+}
+
+#[test]
+fn a_nan_fp4_expert_scale_is_an_error_when_its_expert_is_read() {
+    // Every routed expert's first scale made 255 (NaN in E8M0): whichever expert a token
+    // routes to, reading it fails with the reason, on every placement.
+    let t = copy("deepseek_v4_fp4_release");
+    let shard = t.path().join("model.safetensors");
+    let scales = expert_scales(&shard);
+    let (_, data, mut bytes) = header(&shard);
+    for (_, start, _) in &scales {
+        bytes[data + start] = 255;
+    }
+    std::fs::write(&shard, bytes).unwrap();
+    let ids = Reference::load("deepseek_v4_fp4_release").ids();
+    use coli_models::experts::CacheSize;
+    for cache in [CacheSize::Slots(1), CacheSize::Auto, CacheSize::Off] {
+        let mut m = coli_models::load(t.path()).unwrap();
+        let p = coli_models::experts::Placement {
+            cache,
+            ..Default::default()
+        };
+        let e = match m.place_experts(t.path(), &p) {
+            Err(e) => e.to_string(),
+            Ok(()) => {
+                let mut s = coli_models::Session::new(&m, 64);
+                s.forward(&ids, false).unwrap_err().to_string()
+            }
+        };
+        assert!(e.contains("NaN in E8M0"), "{cache:?}: {e}");
+    }
+}

@@ -5,17 +5,44 @@ use coli_tests::{copy_fixture as copy, edit_config, load_err, shard_header as he
 use serde_json::Value;
 
 #[test]
-fn a_nan_mxfp4_scale_is_refused_naming_the_tensor() {
+fn a_nan_mxfp4_scale_is_an_error_when_its_expert_is_read() {
+    // Every expert's first down_proj scale of layer 2 made 255 (NaN in E8M0). The scales
+    // are streamed with their experts, so the error comes when one is read, on every
+    // placement, naming the expert and the file.
     let t = copy("gpt_oss_window_yarn");
     let shard = t.path().join("model.safetensors");
     let (h, data, mut bytes) = header(&shard);
     let name = "model.layers.2.mlp.experts.down_proj_scales";
+    let shape = &h[name]["shape"];
+    let (n_experts, per_expert) = (
+        shape[0].as_u64().unwrap() as usize,
+        (shape[1].as_u64().unwrap() * shape[2].as_u64().unwrap()) as usize,
+    );
     let start = h[name]["data_offsets"][0].as_u64().unwrap() as usize;
-    // Expert 0's first scale: E8M0 255 is NaN.
-    bytes[data + start] = 255;
+    for e in 0..n_experts {
+        bytes[data + start + e * per_expert] = 255;
+    }
     std::fs::write(&shard, bytes).unwrap();
-    let e = load_err(t.path());
-    assert!(e.contains(name) && e.contains("NaN"), "{e}");
+    let ids = Reference::load("gpt_oss_window_yarn").ids();
+    use coli_models::experts::{CacheSize, Placement};
+    for cache in [CacheSize::Slots(1), CacheSize::Auto, CacheSize::Off] {
+        let mut m = coli_models::load(t.path()).unwrap();
+        let p = Placement {
+            cache,
+            ..Default::default()
+        };
+        let e = match m.place_experts(t.path(), &p) {
+            Err(e) => e.to_string(),
+            Ok(()) => {
+                let mut s = coli_models::Session::new(&m, 64);
+                s.forward(&ids, false).unwrap_err().to_string()
+            }
+        };
+        assert!(
+            e.contains("NaN in E8M0") && (e.contains("layer 2") || e.contains(name)),
+            "{cache:?}: {e}"
+        );
+    }
 }
 
 #[test]

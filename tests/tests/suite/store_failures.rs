@@ -18,6 +18,7 @@ fn location(path: &Path, offset: u64, len: usize) -> ExpertLocation {
         rows: 1,
         cols: len / 4,
         scales: None,
+        streamed_scales: None,
     };
     ExpertLocation {
         parts: vec![m(0), m(1), m(2)],
