@@ -250,5 +250,17 @@ mod tests {
         for i in 0..2 {
             assert!((out[i] as f64 - want[i]).abs() < 1e-5);
         }
+        // Selected positions 0 and 2 of head 1: its keys and values, not head 0's.
+        attend_selected(&q, kv, &[0, 2], 0.5, &mut scores, &mut out);
+        let s = [0.5f64, 1.5];
+        let z: f64 = s.iter().map(|v| v.exp()).sum();
+        let p: Vec<f64> = s.iter().map(|v| v.exp() / z).collect();
+        let want = [p[0] * 1.0 + p[1] * 5.0, p[0] * 2.0 + p[1] * 6.0];
+        for i in 0..2 {
+            assert!(
+                (out[i] as f64 - want[i]).abs() < 1e-5,
+                "{out:?} vs {want:?}"
+            );
+        }
     }
 }

@@ -190,11 +190,69 @@ mod tests {
         assert_eq!(softplus(25.0), 25.0);
         assert!((softplus(0.0) - std::f32::consts::LN_2).abs() < 1e-7);
         assert!((softplus(-30.0) - (-30.0f32).exp()).abs() < 1e-20);
+        // Above the threshold softplus is x itself, however large (e^x overflows f32).
+        assert_eq!(softplus(100.0), 100.0);
         let mut x = [3.0, 4.0];
         l2_normalize(&mut x, 0.0);
         assert_eq!(x, [0.6, 0.8]);
+        // eps inside the root, added to the sum: 1 / sqrt(25 + 11) = 1/6.
+        let mut x = [3.0f32, 4.0];
+        l2_normalize(&mut x, 11.0);
+        assert!(
+            (x[0] - 0.5).abs() < 1e-7 && (x[1] - 4.0 / 6.0).abs() < 1e-7,
+            "{x:?}"
+        );
         let mut g = [2.0, 2.0];
         rms_norm_gated(&mut g, &[1.0, 3.0], &[0.0, 40.0], 0.0);
         assert_eq!(g, [0.0, 3.0 * 40.0]);
+    }
+
+    #[test]
+    fn gated_rms_norm_follows_its_definition() {
+        // w * x / sqrt(mean(x²) + eps) * silu(z), in f64.
+        let (x, w, z, eps) = (
+            [1.0f32, -3.0, 0.5],
+            [2.0f32, 5.0, -0.7],
+            [1.0f32, -2.0, 0.3],
+            0.5,
+        );
+        let mean = x.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / 3.0;
+        let silu = |v: f64| v / (1.0 + (-v).exp());
+        let mut got = x;
+        rms_norm_gated(&mut got, &w, &z, eps);
+        for i in 0..3 {
+            let want = w[i] as f64 * x[i] as f64 / (mean + eps as f64).sqrt() * silu(z[i] as f64);
+            assert!(
+                (got[i] as f64 - want).abs() < 1e-6,
+                "{i}: {} vs {want}",
+                got[i]
+            );
+        }
+    }
+
+    #[test]
+    fn the_convolution_follows_its_definition_for_every_width() {
+        // out[t] = silu(sum_j w[j] x[t - (k - 1) + j]), zeros before the first input, for
+        // widths from one tap (no history) up.
+        let xs: Vec<[f32; 2]> = (0..7)
+            .map(|t| [t as f32 * 0.5 - 1.0, 2.0 - t as f32])
+            .collect();
+        for k in 1..6 {
+            let w: Vec<f32> = (0..2 * k).map(|i| i as f32 * 0.25 - 0.6).collect();
+            let mut hist = vec![0.0; (k - 1) * 2];
+            let mut out = [0.0; 2];
+            for (t, x) in xs.iter().enumerate() {
+                causal_conv_step(&mut hist, &w, k, x, &mut out);
+                for ch in 0..2 {
+                    let mut acc = 0.0f32;
+                    for j in 0..k {
+                        let i = t as isize - (k as isize - 1) + j as isize;
+                        let v = if i < 0 { 0.0 } else { xs[i as usize][ch] };
+                        acc += w[ch * k + j] * v;
+                    }
+                    assert_eq!(out[ch], silu(acc), "k {k} t {t} ch {ch}");
+                }
+            }
+        }
     }
 }

@@ -549,6 +549,22 @@ mod tests {
     /// 3- and 4-token groups, on every instruction set, in f32 and bf16, against the
     /// reference.
     #[test]
+    fn scale_data_reads_any_range_as_f32() {
+        let f = [0.5f32, 2.0, 8.0, 0.25];
+        let e = [126u8, 128, 130, 125];
+        for s in [ScaleData::F32(&f), ScaleData::E8M0(&e)] {
+            assert_eq!(s.len(), 4);
+            assert!(!s.is_empty());
+            let mut out = [0.0; 2];
+            s.copy_f32(1, &mut out);
+            assert_eq!(out, [2.0, 8.0]);
+            s.copy_f32(2, &mut out);
+            assert_eq!(out, [8.0, 0.25]);
+        }
+        assert!(ScaleData::F32(&[]).is_empty() && ScaleData::E8M0(&[]).is_empty());
+    }
+
+    #[test]
     fn token_tiles_give_the_reference_bits() {
         for cols in [2064, 2071] {
             tiles_at(cols);
