@@ -26,7 +26,7 @@ pub struct DraftAt<'a> {
 /// Which source a draft came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DraftKind {
-    /// Bytes the grammar forces ([`crate::GrammarConstraint`]).
+    /// Bytes the grammar forces ([`crate::constrained::GrammarConstraint`]).
     Forced,
     /// Prompt lookup ([`PromptLookup`]).
     Lookup,

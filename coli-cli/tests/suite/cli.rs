@@ -9,11 +9,11 @@ use coli_tests::{compare_logits, fixtures_dir, floats, ids, Reference, TINY_FIXT
 use serde_json::Value;
 
 /// Runs coli; it leaves no routing history behind (the fixtures are in the repository).
-fn coli(args: &[&str]) -> Output {
+pub(crate) fn coli(args: &[&str]) -> Output {
     coli_usage(args, false)
 }
 
-fn coli_usage(args: &[&str], record_usage: bool) -> Output {
+pub(crate) fn coli_usage(args: &[&str], record_usage: bool) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_coli"));
     c.args(args).env_remove("COLI_MODEL");
     if record_usage {
@@ -24,7 +24,7 @@ fn coli_usage(args: &[&str], record_usage: bool) -> Output {
     c.output().expect("coli runs")
 }
 
-fn last_json(out: &Output) -> Value {
+pub(crate) fn last_json(out: &Output) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
         .lines()
@@ -34,11 +34,11 @@ fn last_json(out: &Output) -> Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {line}"))
 }
 
-fn csv(v: &[u32]) -> String {
+pub(crate) fn csv(v: &[u32]) -> String {
     v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
-fn path_str(p: &Path) -> &str {
+pub(crate) fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
@@ -220,7 +220,7 @@ fn sampling_is_seeded_and_reproducible() {
 }
 
 /// Copies a fixture into a temp dir to damage it.
-fn copy_fixture(name: &str) -> tempfile::TempDir {
+pub(crate) fn copy_fixture(name: &str) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     for e in std::fs::read_dir(fixtures_dir().join(name)).unwrap() {
         let p = e.unwrap().path();
@@ -229,7 +229,7 @@ fn copy_fixture(name: &str) -> tempfile::TempDir {
     tmp
 }
 
-fn expect_error(args: &[&str], needle: &str) {
+pub(crate) fn expect_error(args: &[&str], needle: &str) {
     let out = coli(args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{args:?} should fail");
@@ -241,7 +241,7 @@ fn expect_error(args: &[&str], needle: &str) {
     assert!(!err.contains("panicked"), "{err}");
 }
 
-fn edit_config(dir: &Path, f: impl FnOnce(&mut Value)) {
+pub(crate) fn edit_config(dir: &Path, f: impl FnOnce(&mut Value)) {
     let p = dir.join("config.json");
     let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
     f(&mut v);
@@ -249,7 +249,7 @@ fn edit_config(dir: &Path, f: impl FnOnce(&mut Value)) {
 }
 
 /// `coli run` on `dir` must fail with exit code 2 and `needle` in its message.
-fn expect_run_error(dir: &Path, needle: &str) {
+pub(crate) fn expect_run_error(dir: &Path, needle: &str) {
     expect_error(
         &[
             "run",
@@ -265,7 +265,7 @@ fn expect_run_error(dir: &Path, needle: &str) {
 }
 
 /// Rewrites a fixture's single shard without `skip`.
-fn drop_tensor(dir: &Path, skip: &str) {
+pub(crate) fn drop_tensor(dir: &Path, skip: &str) {
     let model = ModelDir::open(dir).unwrap();
     let mut tensors = std::collections::BTreeMap::new();
     for name in model.tensor_names().into_iter().filter(|n| *n != skip) {
@@ -575,652 +575,4 @@ fn shards_are_found_through_coli_model_dirs() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(ids(&last_json(&out)["tf_pred"]), ids(&r.json["tf_pred"]));
-}
-
-/// The expert store through the CLI: stats in --json, the routing history written to the
-/// model directory, placement flags that do not change the tokens, bad values refused.
-#[test]
-fn expert_placement_flags_stats_and_usage_history() {
-    let r = Reference::load("olmoe_gqa_clip");
-    let t = copy_fixture("olmoe_gqa_clip");
-    let want = ids(&r.json["greedy"]);
-    let n = want.len().to_string();
-    let prompt = csv(&ids(&r.json["greedy_prompt"]));
-    let run = |extra: &[&str]| {
-        let mut args = vec![
-            "run",
-            "--model",
-            path_str(t.path()),
-            "--prompt-ids",
-            &prompt,
-            "--max-tokens",
-            &n,
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        let out = coli_usage(&args, true);
-        assert!(
-            out.status.success(),
-            "{extra:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        last_json(&out)
-    };
-    for extra in [
-        &["--cap", "1"][..],
-        &["--cap", "2", "--prefetch", "off"],
-        &["--expert-cache", "0.000001", "--direct"],
-        &["--expert-cache", "all"],
-        &["--expert-cache", "off"],
-        &["--cap", "1", "--pin", "0.001"],
-    ] {
-        let v = run(extra);
-        assert_eq!(ids(&v["generated_ids"]), want, "{extra:?}");
-        if extra[1] != "off" {
-            let s = &v["stats"];
-            let rate = s["expert_hit_rate"].as_f64().unwrap();
-            assert!((0.0..=1.0).contains(&rate), "{extra:?}: {s}");
-            assert!(s["disk_bytes_per_token"].as_f64().unwrap() >= 0.0);
-            assert!(s["experts_cached"].as_u64().is_some());
-        }
-    }
-    let v = run(&["--cap", "1", "--prefetch", "off"]);
-    assert!(v["stats"]["expert_misses"].as_u64().unwrap() > 0);
-    // The runs above left a routing history: version line, then layer expert count.
-    let hist = std::fs::read_to_string(t.path().join(".coli_usage")).unwrap();
-    let u = coli_models::experts::usage::parse(&hist).expect("valid history");
-    assert_eq!(u.keys().map(|k| k.0).max(), Some(1));
-    // --no-usage leaves it alone.
-    run(&["--cap", "1", "--no-usage"]);
-    assert_eq!(
-        std::fs::read_to_string(t.path().join(".coli_usage")).unwrap(),
-        hist
-    );
-    for (flags, needle) in [
-        (&["--cap", "0"][..], "--cap must be at least 1"),
-        (
-            &["--expert-cache", "lots"],
-            "--expert-cache takes a number of GB",
-        ),
-        (
-            &["--expert-cache=-1"],
-            "must be a non-negative number of GB",
-        ),
-        (&["--pin=-2"], "--pin must be a non-negative number of GB"),
-        (
-            &["--prefetch", "maybe"],
-            "--prefetch takes on, layer or off",
-        ),
-    ] {
-        let mut args = vec!["run", "--model", path_str(t.path()), "--prompt-ids", "1,2"];
-        args.extend_from_slice(flags);
-        expect_error(&args, needle);
-    }
-}
-
-/// `coli convert` killed mid-way leaves no OUT at all (shards go to a partial sibling
-/// directory first); the next convert to the same place clears the leftovers and succeeds.
-#[test]
-fn an_interrupted_convert_leaves_no_output() {
-    let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    let spec = coli_tests::synthetic::OlmoeSpec {
-        layers: 12,
-        experts: 32,
-        hidden: 256,
-        inter: 512,
-        ..coli_tests::synthetic::OlmoeSpec::small()
-    };
-    coli_tests::synthetic::write_olmoe(&src, &spec, |_, _| {}).unwrap();
-    let out = tmp.path().join("out");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_coli"))
-        .args([
-            "convert",
-            "--model",
-            path_str(&src),
-            "--out",
-            path_str(&out),
-        ])
-        .args(["--experts", "int4", "--shard-gb", "0.005"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let partial = tmp.path().join(format!(".out.coli-partial-{}", child.id()));
-    let t0 = std::time::Instant::now();
-    loop {
-        let shards = std::fs::read_dir(&partial)
-            .map(|rd| {
-                rd.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().starts_with("model-"))
-                    .count()
-            })
-            .unwrap_or(0);
-        if shards > 0 {
-            break;
-        }
-        assert!(t0.elapsed().as_secs() < 60, "no shard appeared");
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "convert finished before the kill"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert!(!out.exists(), "a killed convert left {}", out.display());
-    assert!(partial.exists());
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_coli"))
-        .args([
-            "convert",
-            "--model",
-            path_str(&src),
-            "--out",
-            path_str(&out),
-        ])
-        .args(["--experts", "int4", "--shard-gb", "0.05"])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert!(
-        !partial.exists(),
-        "the stale partial directory was not cleared"
-    );
-    assert!(out.join("config.json").is_file());
-    // It loads and runs like any checkpoint.
-    let o = coli(&[
-        "run",
-        "--model",
-        path_str(&out),
-        "--prompt-ids",
-        "1,2,3",
-        "--max-tokens",
-        "3",
-        "--no-usage",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    // And refuses to write over it.
-    expect_error(
-        &[
-            "convert",
-            "--model",
-            path_str(&src),
-            "--out",
-            path_str(&out),
-        ],
-        "refusing to overwrite",
-    );
-}
-
-/// `coli doctor`: every check passes on a good sharded model; a corrupted header, a missing
-/// shard, a gap in the shard numbering and an index that disagrees each fail their own
-/// check with exit code 1; bad arguments exit 2.
-#[test]
-fn doctor_names_the_failing_check() {
-    let doctor = |dir: &Path| {
-        let out = coli(&["doctor", "--model", path_str(dir), "--deep", "--json"]);
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        (out.status.code(), v)
-    };
-    let status_of = |v: &Value, id: &str| {
-        v["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == id)
-            .map(|c| c["status"].as_str().unwrap().to_string())
-            .unwrap_or_default()
-    };
-    let t = copy_fixture("deepseek_v3_no_q_lora");
-    let (code, v) = doctor(t.path());
-    assert_eq!(code, Some(0), "{v}");
-    for id in [
-        "config",
-        "family",
-        "shards",
-        "ram",
-        "writable",
-        "headers",
-        "numbering",
-        "index",
-        "tensors",
-    ] {
-        assert_eq!(status_of(&v, id), "ok", "{id}: {v}");
-    }
-    let shard = |d: &Path, i: usize| d.join(format!("model-{i:05}-of-00004.safetensors"));
-    // A corrupted header.
-    let t = copy_fixture("deepseek_v3_no_q_lora");
-    let mut bytes = std::fs::read(shard(t.path(), 2)).unwrap();
-    bytes[8] = b'#';
-    std::fs::write(shard(t.path(), 2), bytes).unwrap();
-    let (code, v) = doctor(t.path());
-    assert_eq!(code, Some(1));
-    assert_eq!(status_of(&v, "headers"), "error", "{v}");
-    // A missing shard.
-    let t = copy_fixture("deepseek_v3_no_q_lora");
-    std::fs::remove_file(shard(t.path(), 3)).unwrap();
-    let (code, v) = doctor(t.path());
-    assert_eq!(code, Some(1));
-    assert_eq!(status_of(&v, "shards"), "error", "{v}");
-    // A gap in the numbering (no index; shard 3 renamed to 5).
-    let t = copy_fixture("deepseek_v3_no_q_lora");
-    std::fs::remove_file(t.path().join("model.safetensors.index.json")).unwrap();
-    std::fs::rename(shard(t.path(), 3), shard(t.path(), 5)).unwrap();
-    let (code, v) = doctor(t.path());
-    assert_eq!(code, Some(1));
-    assert_eq!(status_of(&v, "numbering"), "error", "{v}");
-    assert_eq!(status_of(&v, "tensors"), "ok", "{v}");
-    // An index that puts a tensor in the wrong shard.
-    let t = copy_fixture("deepseek_v3_no_q_lora");
-    edit_index(t.path());
-    let (code, v) = doctor(t.path());
-    assert_eq!(code, Some(1));
-    assert_eq!(status_of(&v, "index"), "error", "{v}");
-    expect_error(
-        &["doctor", "--model", path_str(t.path()), "--ram=-3"],
-        "--ram must be a positive",
-    );
-    let out = coli(&["doctor", "--bogus"]);
-    assert_eq!(out.status.code(), Some(2));
-}
-
-/// Moves the first weight_map entry to another shard.
-fn edit_index(dir: &Path) {
-    let p = dir.join("model.safetensors.index.json");
-    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-    let map = v["weight_map"].as_object_mut().unwrap();
-    let (name, file) = map
-        .iter()
-        .next()
-        .map(|(k, f)| (k.clone(), f.as_str().unwrap().to_string()))
-        .unwrap();
-    let other = if file.contains("00001") {
-        "model-00002-of-00004.safetensors"
-    } else {
-        "model-00001-of-00004.safetensors"
-    };
-    map.insert(name, other.into());
-    std::fs::write(&p, v.to_string()).unwrap();
-}
-
-/// Many processes analysing the same model at once (each writes the sidecar) leave one
-/// valid `.coli_analysis.json` and no temp files.
-#[test]
-fn concurrent_processes_leave_one_valid_analysis_cache() {
-    let t = copy_fixture("glm4_moe_group_mtp");
-    for _ in 0..3 {
-        let _ = std::fs::remove_file(t.path().join(".coli_analysis.json"));
-        let children: Vec<_> = (0..6)
-            .map(|_| {
-                Command::new(env!("CARGO_BIN_EXE_coli"))
-                    .args(["doctor", "--model", path_str(t.path())])
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        for mut c in children {
-            assert!(c.wait().unwrap().code().is_some_and(|c| c <= 1));
-        }
-        let (_, outcome) = coli_plan::analyze(t.path()).unwrap();
-        assert_eq!(outcome, coli_plan::CacheOutcome::Hit);
-        let leftovers: Vec<String> = std::fs::read_dir(t.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.contains(".tmp"))
-            .collect();
-        assert!(leftovers.is_empty(), "{leftovers:?}");
-    }
-}
-
-/// `coli plan --ram 1 --ctx CTX --json` on `dir`, which must succeed.
-fn plan_json(dir: &Path, ctx: &str) -> Value {
-    let args = [
-        "plan",
-        "--model",
-        path_str(dir),
-        "--ram",
-        "1",
-        "--ctx",
-        ctx,
-        "--json",
-    ];
-    let out = coli(&args);
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    last_json(&out)
-}
-
-/// `coli plan`: a versioned JSON plan; a budget below the resident need exits 2 with the
-/// reason; bad arguments are refused.
-#[test]
-fn plan_reports_and_refuses() {
-    let t = copy_fixture("deepseek_v3_group_yarn");
-    let v = plan_json(t.path(), "128");
-    assert_eq!(v["version"], 2);
-    assert_eq!(v["family"], "DeepSeek-V3");
-    assert_eq!(v["fits"], true);
-    assert_eq!(v["cap_per_layer"], v["experts_per_layer"]);
-    assert!(v["projected_decode_tok_s"].as_f64().unwrap() > 0.0);
-    assert!(v["probe"]["memory_gb_s"].as_f64().unwrap() > 0.0);
-    let out = coli(&["plan", "--model", path_str(t.path()), "--ram", "0.000001"]);
-    assert_eq!(out.status.code(), Some(2));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("needs at least"), "{text}");
-    expect_error(
-        &["plan", "--model", path_str(t.path()), "--ctx", "0"],
-        "--ctx and --kv-slots must be at least 1",
-    );
-    expect_error(
-        &["plan", "--model", path_str(t.path()), "--ram=-1"],
-        "--ram must be a positive",
-    );
-}
-
-/// `coli tune` saves a profile under $XDG_CONFIG_HOME/coli/tuning/<fingerprint>.json whose
-/// trials all kept the baseline's tokens; `coli run --auto-tier` applies it (explicit
-/// flags win); touching the model's files changes the fingerprint, so the profile no
-/// longer applies.
-#[test]
-fn tune_saves_a_profile_that_auto_tier_applies() {
-    let t = copy_fixture("olmoe_gqa_clip");
-    let cfg = tempfile::tempdir().unwrap();
-    let with_cfg = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_coli"))
-            .args(args)
-            .env("XDG_CONFIG_HOME", cfg.path())
-            .env("COLI_NO_USAGE", "1")
-            .env_remove("COLI_MODEL")
-            .output()
-            .unwrap()
-    };
-    // A routing history first, so the cache split is among the candidates.
-    let o = coli_usage(
-        &[
-            "run",
-            "--model",
-            path_str(t.path()),
-            "--prompt-ids",
-            "1,2,3,4",
-            "--max-tokens",
-            "8",
-        ],
-        true,
-    );
-    assert!(o.status.success());
-    let out = with_cfg(&[
-        "tune",
-        "--model",
-        path_str(t.path()),
-        "--tokens",
-        "6",
-        "--runs",
-        "1",
-        "--cap",
-        "2",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v = last_json(&out);
-    let trials = v["trials"].as_array().unwrap();
-    assert!(trials.len() >= 30, "{}", trials.len());
-    assert!(trials
-        .iter()
-        .any(|t| t["settings"]["pin_gb"].as_f64().unwrap() > 0.0));
-    assert!(trials.iter().all(|t| t["same_tokens"] == true), "{v}");
-    let fp = v["profile"]["fingerprint"].as_str().unwrap().to_string();
-    let saved = cfg.path().join(format!("coli/tuning/{fp}.json"));
-    assert!(saved.is_file());
-    // Pin the profile to something recognisable and check --auto-tier applies it.
-    let mut p: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
-    p["settings"] =
-        serde_json::json!({"threads": 1, "prefetch": "layer", "direct": true, "pin_gb": 0.0});
-    std::fs::write(&saved, p.to_string()).unwrap();
-    let run = |extra: &[&str]| {
-        let mut args = vec![
-            "run",
-            "--model",
-            path_str(t.path()),
-            "--prompt-ids",
-            "1,2,3",
-            "--max-tokens",
-            "3",
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        let out = with_cfg(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        last_json(&out)["stats"]["placement"].clone()
-    };
-    assert_eq!(
-        run(&["--auto-tier"]),
-        serde_json::json!({"threads": 1, "prefetch": "layer", "direct": true})
-    );
-    assert_eq!(
-        run(&["--auto-tier", "--prefetch", "off", "--threads", "2"]),
-        serde_json::json!({"threads": 2, "prefetch": "off", "direct": true})
-    );
-    assert_eq!(run(&[])["prefetch"], "on");
-    // A changed model file: the profile is for another revision.
-    let f = std::fs::File::options()
-        .write(true)
-        .open(t.path().join("config.json"))
-        .unwrap();
-    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(9))
-        .unwrap();
-    drop(f);
-    assert_eq!(run(&["--auto-tier"])["prefetch"], "on");
-}
-
-/// `coli plan` and `coli doctor --deep` succeed on every oracle fixture.
-#[test]
-fn plan_and_deep_doctor_pass_on_every_fixture() {
-    for name in TINY_FIXTURES {
-        let t = copy_fixture(name);
-        let v = plan_json(t.path(), "256");
-        assert_eq!(v["fits"], true, "{name}");
-        let out = coli(&["doctor", "--model", path_str(t.path()), "--deep", "--json"]);
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(out.status.code(), Some(0), "{name}: {v}");
-        assert_ne!(v["status"], "error", "{name}");
-    }
-}
-
-/// `coli run --grammar`: on the demo model, greedy and sampled outputs always satisfy the
-/// grammar (checked by the matcher and, for the JSON grammar, by serde_json); a bad grammar
-/// is an error naming line and column.
-#[test]
-fn grammar_constrained_generation() {
-    let dir = coli_models::demo::ensure_demo_model(|_, _| {}).expect("demo model");
-    let tmp = tempfile::tempdir().unwrap();
-    let cases = [
-        ("root ::= \" \" city \".\"\ncity ::= \"Paris\" | \"Lyon\" | \"Nice\"\n", false),
-        (
-            "root ::= \" {\\\"answer\\\": \\\"\" [A-Za-z ]{1,20} \"\\\", \\\"score\\\": \" [0-9]{1,2} \"}\"\n",
-            true,
-        ),
-        ("root ::= \" \" [a-z]{1,8} (\",\" \" \" [a-z]{1,8}){2}\n", false),
-    ];
-    for (i, (src, is_json)) in cases.iter().enumerate() {
-        let path = tmp.path().join(format!("g{i}.gbnf"));
-        std::fs::write(&path, src).unwrap();
-        let compiled = coli_grammar::Compiled::new(&coli_grammar::parse(src).unwrap());
-        for (temp, seed) in [("0", "0"), ("0.9", "1"), ("1.2", "7")] {
-            let out = coli(&[
-                "run",
-                "--model",
-                path_str(&dir),
-                "--prompt",
-                "Give a JSON answer:",
-                "--grammar",
-                path_str(&path),
-                "--max-tokens",
-                "48",
-                "--temperature",
-                temp,
-                "--seed",
-                seed,
-                "--json",
-            ]);
-            assert!(
-                out.status.success(),
-                "{src}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let v = last_json(&out);
-            let text = v["text"].as_str().unwrap();
-            assert_eq!(v["finish_reason"], "stop", "{src} t={temp}: {text:?}");
-            assert!(
-                coli_grammar::Matcher::matches(&compiled, text),
-                "{src} t={temp}: {text:?}"
-            );
-            if *is_json {
-                let parsed: Value = serde_json::from_str(text.trim()).unwrap();
-                assert!(parsed["score"].as_u64().unwrap() < 100);
-            }
-        }
-    }
-    std::fs::write(tmp.path().join("bad.gbnf"), "root ::= \"a\" | missing\n").unwrap();
-    expect_error(
-        &[
-            "run",
-            "--model",
-            path_str(&dir),
-            "--prompt",
-            "x",
-            "--grammar",
-            path_str(&tmp.path().join("bad.gbnf")),
-        ],
-        "line 1, column 16 (rule \"missing\"): undefined rule",
-    );
-}
-
-// Two tests of two schemas each, so that they run side by side.
-#[test]
-fn json_schema_constrained_generation_tool_calls() {
-    schema_constrained_runs(&["01-weather-call", "26-openai-tool-call"]);
-}
-
-#[test]
-fn json_schema_constrained_generation_enum_and_const() {
-    schema_constrained_runs(&["32-sentiment", "09-const-version"]);
-}
-
-/// Each schema at temperature 0 and 0.8, drafts on and off: the output finishes, parses,
-/// validates (independent validator) and does not depend on drafts.
-fn schema_constrained_runs(names: &[&str]) {
-    let dir = coli_models::demo::ensure_demo_model(|_, _| {}).expect("demo model");
-    let tmp = tempfile::tempdir().unwrap();
-    let corpus = coli_grammar::corpus::corpus_dir();
-    for name in names {
-        let v: Value = serde_json::from_str(
-            &std::fs::read_to_string(corpus.join(format!("{name}.json"))).unwrap(),
-        )
-        .unwrap();
-        let schema = &v["schema"];
-        let path = tmp.path().join(format!("{name}.schema.json"));
-        std::fs::write(&path, schema.to_string()).unwrap();
-        let validator = coli_grammar::schema::jsonschema_validator(schema, None, true).unwrap();
-        for (temp, seed) in [("0", "0"), ("0.8", "3")] {
-            let mut texts = Vec::new();
-            for drafts in [true, false] {
-                let mut args = vec![
-                    "run",
-                    "--model",
-                    path_str(&dir),
-                    "--chat",
-                    "--prompt",
-                    "Call the weather tool for Paris. Reply with JSON only.",
-                    "--json-schema",
-                    path_str(&path),
-                    "--max-tokens",
-                    "300",
-                    "--temperature",
-                    temp,
-                    "--seed",
-                    seed,
-                    "--json",
-                ];
-                if !drafts {
-                    args.push("--no-drafts");
-                }
-                let out = coli(&args);
-                assert!(
-                    out.status.success(),
-                    "{name}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                let r = last_json(&out);
-                let text = r["text"].as_str().unwrap().to_string();
-                assert_eq!(r["finish_reason"], "stop", "{name} t={temp}: {text}");
-                let parsed: Value = serde_json::from_str(&text)
-                    .unwrap_or_else(|e| panic!("{name} t={temp}: {e}: {text}"));
-                assert!(validator.is_valid(&parsed), "{name} t={temp}: {text}");
-                texts.push((r["generated_ids"].clone(), text));
-            }
-            assert_eq!(texts[0], texts[1], "{name}: drafts changed the output");
-        }
-    }
-}
-
-#[test]
-fn bad_json_schemas_get_named_errors() {
-    let dir = coli_models::demo::ensure_demo_model(|_, _| {}).expect("demo model");
-    let tmp = tempfile::tempdir().unwrap();
-    // A schema nothing can satisfy, a malformed file, a missing file: named errors, exit 2.
-    let bad = tmp.path().join("bad.json");
-    std::fs::write(
-        &bad,
-        r#"{"type":"object","properties":{"n":{"allOf":[{"type":"integer"},{"type":"string"}]}},"required":["n"]}"#,
-    )
-    .unwrap();
-    let base = [
-        "run",
-        "--model",
-        path_str(&dir),
-        "--prompt",
-        "x",
-        "--json-schema",
-    ];
-    let with = |p: &Path| -> Vec<String> {
-        base.iter()
-            .map(|s| s.to_string())
-            .chain([path_str(p).to_string()])
-            .collect()
-    };
-    let args = with(&bad);
-    expect_error(
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-        "accepts nothing",
-    );
-    assert!(String::from_utf8_lossy(
-        &coli(&args.iter().map(String::as_str).collect::<Vec<_>>()).stderr
-    )
-    .contains("/properties/n"));
-    std::fs::write(&bad, "{ not json").unwrap();
-    expect_error(
-        &with(&bad).iter().map(String::as_str).collect::<Vec<_>>(),
-        "not valid JSON",
-    );
-    let missing = tmp.path().join("missing.json");
-    expect_error(
-        &with(&missing)
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-        "missing.json",
-    );
 }

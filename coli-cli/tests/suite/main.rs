@@ -3,4 +3,6 @@
 mod cgroup;
 mod chat_serve;
 mod cli;
+mod constrained;
 mod drafts;
+mod planning;

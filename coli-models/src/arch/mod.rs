@@ -5,7 +5,8 @@
 //! * [`mla`]: multi-head latent attention over a compressed cache.
 //! * [`dsa`]: DeepSeek sparse attention's lightning indexer (GLM-5).
 //! * [`compressed`]: DeepSeek-V4's shared-KV attention over a sliding window and
-//!   compressed entries; [`hyper`]: its hyper-connections (several residual streams).
+//!   compressed entries ([`compressor`] makes them, [`ring`] keeps them); [`hyper`]: its
+//!   hyper-connections (several residual streams).
 //! * [`deltanet`]: Gated DeltaNet linear attention over a recurrent state (Qwen3-Next).
 //! * [`mlp`]: the SwiGLU MLP.
 //! * [`moe`]: routed mixture of experts (softmax or grouped-sigmoid routing, shared expert).
@@ -18,6 +19,7 @@
 //! so a prompt fed in one batch and one token at a time give identical bits.
 
 pub mod compressed;
+pub mod compressor;
 pub mod deltanet;
 pub mod dsa;
 pub mod gqa;
@@ -36,7 +38,8 @@ pub mod scratch;
 use coli_kernels::norm::rms_norm;
 use coli_kernels::rope::{apply as apply_rope, RopeLayout, RopeTable};
 
-pub use self::compressed::{CompressedAttention, Compressor, LightningIndexer};
+pub use self::compressed::{CompressedAttention, LightningIndexer};
+pub use self::compressor::Compressor;
 pub use self::deltanet::{DeltaDims, DeltaInput, GatedDeltaNet};
 pub use self::dsa::{Dsa, Indexer};
 pub use self::gqa::{Attention, QkNorm};

@@ -225,7 +225,7 @@ impl Transformer {
 }
 
 /// An upper bound of the scratch one decode step at `ctx` positions needs, from config keys
-/// alone (the planner's figure): the logits, [`ATTENTION_TASKS`] rows of scores, the
+/// alone (the planner's figure): the logits, `ATTENTION_TASKS` rows of scores, the
 /// per-token activations and the widest intermediate. A coli-plan test checks it against
 /// [`Transformer::scratch_bytes`] on every fixture.
 pub fn decode_bytes_bound(config: &coli_core::RawConfig, ctx: usize) -> usize {

@@ -64,7 +64,7 @@ pub const MAX_MATRICES: usize = 3;
 pub const MAX_PARTS: usize = 2 * MAX_MATRICES;
 
 /// Where an expert's matrices are, in the order its forward takes them (at most
-/// [`MAX_PARTS`]).
+/// `MAX_MATRICES`).
 #[derive(Clone, Debug)]
 pub struct ExpertLocation {
     /// SwiGLU: gate, up, down; gpt-oss: gate_up, down.
