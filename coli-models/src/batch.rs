@@ -461,10 +461,13 @@ impl Engine {
         slot.tokens.extend_from_slice(&prompt[reuse..]);
         d.stats.prefill_s = started.elapsed().as_secs_f64();
         if d.max_tokens == 0 {
+            slot.session.checkpoint();
             d.finish = Some(FinishReason::Length);
             return Ok(d);
         }
         d.pick_and_emit(logits, prompt.len(), capacity)?;
+        // The end of the prompt: the next turn can come back here (DeepSeek-V4's rings).
+        slot.session.checkpoint();
         d.stats.ttft_s = started.elapsed().as_secs_f64();
         Ok(d)
     }

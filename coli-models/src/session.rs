@@ -185,25 +185,34 @@ impl<'m> Session<'m> {
     /// Forgets the conversation (keeps the buffers).
     pub fn reset(&mut self) {
         self.pos = 0;
+        self.kv.forget_checkpoint_after(0);
     }
 
     /// Keeps the first `len` positions and forgets the rest (a shared prefix is reused:
     /// the positions after it are recomputed, with the same bits as the first time).
     /// A model with a recurrent state (linear attention) cannot go back to an earlier
     /// position: it keeps everything when `len` covers it, else starts over. DeepSeek-V4
-    /// layers keep only their last positions: a cut below [`KvCache::floor`] starts over
-    /// too (drafts and a resent conversation stay above it). With MTP
+    /// layers keep only their last positions: a cut below [`KvCache::floor`] goes back to
+    /// the [`Session::checkpoint`] when that lies at or before `len` (the end of the last
+    /// prompt: the next turn of a conversation), else starts over. With MTP
     /// drafting on, a cut into what the MTP layer has read keeps one position less (its
     /// hidden state is needed again). Returns the positions kept.
     pub fn truncate(&mut self, len: usize) -> usize {
         if len < self.pos {
-            self.pos = if self.kv.has_states() || len < self.kv.floor() {
+            self.pos = if self.kv.has_states() {
                 0
+            } else if len < self.kv.floor() {
+                let at = self.kv.back_to_checkpoint(len);
+                if let (Some(d), Some(_)) = (&mut self.mtp, at) {
+                    d.lose_track();
+                }
+                at.unwrap_or(0)
             } else if let Some(d) = &mut self.mtp {
                 d.rewind(len)
             } else {
                 len
             };
+            self.kv.forget_checkpoint_after(self.pos);
         }
         self.pos
     }
@@ -230,6 +239,7 @@ impl<'m> Session<'m> {
     pub(crate) fn forget_if_stateful(&mut self) {
         if self.kv.has_states() || self.kv.has_rings() {
             self.pos = 0;
+            self.kv.forget_checkpoint_after(0);
         }
     }
 
@@ -250,7 +260,15 @@ impl<'m> Session<'m> {
             d.lose_track();
         }
         self.pos = n;
+        self.kv.forget_checkpoint_after(0);
         debug_assert!(self.pos <= self.kv.capacity);
+    }
+
+    /// Marks the end of a prompt: DeepSeek-V4's rings are copied, so that the next turn
+    /// of the conversation can go back here even when its template rewrites the answer
+    /// (see [`Session::truncate`]).
+    pub fn checkpoint(&mut self) {
+        self.kv.checkpoint(self.pos);
     }
 
     /// After a batched forward that fed a token and `fed - 1` drafts at `base`, of which
@@ -258,6 +276,7 @@ impl<'m> Session<'m> {
     /// is put back to `saved` ([`Session::save_states`]) and the kept tokens replayed.
     pub(crate) fn keep_verified(&mut self, base: usize, batch: &[u32], kept: usize) -> Result<()> {
         self.pos = base + 1 + kept;
+        self.kv.forget_checkpoint_after(self.pos);
         if self.kv.has_states() && kept + 1 < batch.len() {
             self.kv.restore_states(&self.saved_states);
             self.pos = base;
@@ -364,6 +383,7 @@ impl<'m> Session<'m> {
             masked: Vec::new(),
         };
         let first = picker.pick(self.forward(prompt, false)?, constraint)?;
+        self.checkpoint();
         let mut run = Run {
             generated: Vec::with_capacity(max_tokens),
             stats: GenStats {

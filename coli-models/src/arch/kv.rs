@@ -184,6 +184,40 @@ impl KvCache {
             .unwrap_or(0)
     }
 
+    /// Keeps a copy of the V4 rings as they are after `len` positions (a prompt just fed),
+    /// so that a later cut at or past `len` goes back to it.
+    pub fn checkpoint(&mut self, len: usize) {
+        for r in self.rings.iter_mut().flatten() {
+            r.save(len);
+        }
+    }
+
+    /// For a cut to `len` below [`KvCache::floor`]: puts back the checkpoint when it lies
+    /// at or before `len`, returning its length.
+    pub fn back_to_checkpoint(&mut self, len: usize) -> Option<usize> {
+        let at = self.rings.iter().flatten().next()?.saved_len()?;
+        if at > len
+            || self
+                .rings
+                .iter()
+                .flatten()
+                .any(|r| r.saved_len() != Some(at))
+        {
+            return None;
+        }
+        for r in self.rings.iter_mut().flatten() {
+            r.restore();
+        }
+        Some(at)
+    }
+
+    /// Drops a checkpoint past `len` (the sequence now holds only `len` positions).
+    pub fn forget_checkpoint_after(&mut self, len: usize) {
+        for r in self.rings.iter_mut().flatten() {
+            r.forget_saved_after(len);
+        }
+    }
+
     /// How many positions back from its length the sequence can always be cut and
     /// continued exactly (unbounded without V4 rings).
     pub fn cut_depth(&self) -> usize {

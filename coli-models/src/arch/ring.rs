@@ -6,7 +6,10 @@
 //! So the cache keeps those in rings of a few windows plus `slack` positions, and the
 //! entries (one per `rate` positions) in full. The sequence can then be cut back by up to
 //! `slack` positions and continued with exactly the bits a fresh sequence would give
-//! (drafts, a shared prefix); a deeper cut starts over ([`RingCache::floor`]).
+//! (drafts, a shared prefix); a deeper cut starts over ([`RingCache::floor`]), unless it
+//! lands at or after a checkpoint: a copy of the rings taken when a prompt was fed
+//! ([`RingCache::save`]), so that the next turn of a conversation, whose template may
+//! rewrite the last answer, goes back to the end of the previous prompt.
 
 use std::io::{Read, Write};
 
@@ -58,10 +61,10 @@ impl RingShape {
         }
     }
 
-    /// Floats of the rings for `slack` at `capacity` positions.
+    /// Floats of the rings for `slack` at `capacity` positions, and of their checkpoint.
     pub fn ring_floats(&self, slack: usize, capacity: usize) -> usize {
-        self.key_rows(slack, capacity) * self.key_width
-            + self.raw_rows(slack, capacity) * self.raw_width
+        2 * (self.key_rows(slack, capacity) * self.key_width
+            + self.raw_rows(slack, capacity) * self.raw_width)
     }
 
     /// Floats the whole cache holds for `capacity` positions.
@@ -84,6 +87,10 @@ pub struct RingCache {
     /// The first position whose key, and whose raw row, the rings still hold.
     key_lo: usize,
     raw_lo: usize,
+    /// The checkpoint: the rings (keys, then raw rows) as they were at a position, and
+    /// their first positions then.
+    saved: Vec<f32>,
+    saved_at: Option<(usize, usize, usize)>,
 }
 
 impl RingCache {
@@ -103,12 +110,47 @@ impl RingCache {
             slack: slack.max(1),
             key_lo: 0,
             raw_lo: 0,
+            saved: vec![0.0; key_rows * shape.key_width + raw_rows * shape.raw_width],
+            saved_at: None,
         }
     }
 
     /// Floats held.
     pub fn floats(&self) -> usize {
-        self.keys.len() + self.raw.len() + self.entries.len()
+        self.keys.len() + self.raw.len() + self.entries.len() + self.saved.len()
+    }
+
+    /// Copies the rings as they are after `len` positions into the checkpoint.
+    pub fn save(&mut self, len: usize) {
+        let k = self.keys.len();
+        self.saved[..k].copy_from_slice(&self.keys);
+        self.saved[k..].copy_from_slice(&self.raw);
+        self.saved_at = Some((len, self.key_lo, self.raw_lo));
+    }
+
+    /// The checkpoint's length, if there is one.
+    pub fn saved_len(&self) -> Option<usize> {
+        self.saved_at.map(|(len, _, _)| len)
+    }
+
+    /// Puts the checkpoint back: the rings are as they were after its length (the entries
+    /// of the windows finished by then were not written since).
+    pub fn restore(&mut self) -> Option<usize> {
+        let (len, key_lo, raw_lo) = self.saved_at?;
+        let k = self.keys.len();
+        self.keys.copy_from_slice(&self.saved[..k]);
+        self.raw.copy_from_slice(&self.saved[k..]);
+        self.key_lo = key_lo;
+        self.raw_lo = raw_lo;
+        Some(len)
+    }
+
+    /// Drops a checkpoint past `len` (the sequence was cut below it, so later writes may
+    /// change the entries it relies on).
+    pub fn forget_saved_after(&mut self, len: usize) {
+        if self.saved_len().is_some_and(|s| s > len) {
+            self.saved_at = None;
+        }
     }
 
     /// Most positions a forward may write before reading them (its tokens go through the

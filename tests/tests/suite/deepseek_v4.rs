@@ -337,3 +337,39 @@ fn a_nan_fp4_expert_scale_is_an_error_when_its_expert_is_read() {
         assert!(e.contains("NaN in E8M0"), "{cache:?}: {e}");
     }
 }
+
+#[test]
+fn a_deep_cut_goes_back_to_the_end_of_the_last_prompt() {
+    // A conversation's next turn may rewrite the last answer (templates drop the
+    // reasoning), so the shared prefix ends where the last prompt ended: further back than
+    // the rings' slack. The checkpoint taken there brings the rings back.
+    for name in ["deepseek_v4_hash_csa", "deepseek_v4_hub_yarn"] {
+        let r = Reference::load(name);
+        let m = coli_models::load(&r.dir).unwrap();
+        let v = m.info.vocab_size;
+        let n = 140;
+        let ids: Vec<u32> = (0..n).map(|i| ((i * 7919 + 13) % v) as u32).collect();
+        let other: Vec<u32> = ids.iter().map(|&t| (t * 7 + 3) % v as u32).collect();
+        let mut whole = coli_models::Session::with_ring_slack(&m, n, n);
+        let want = fed_in_chunks(&mut whole, &ids, n);
+        let mut s = coli_models::Session::with_ring_slack(&m, n, 3);
+        // Turn 1: a prompt of 61 positions, then an answer of 40 the next turn rewrites.
+        s.forward(&ids[..61], false).unwrap();
+        s.checkpoint();
+        fed_in_chunks(&mut s, &other[61..101], 1);
+        // Turn 2 shares the prompt and 5 more: back to the checkpoint, not to 0.
+        assert_eq!(s.truncate(66), 61, "{name}");
+        let got = fed_in_chunks(&mut s, &ids[61..120], 7);
+        assert!(
+            got[..] == want[61 * v..120 * v],
+            "{name}: after the checkpoint"
+        );
+        // Within the slack, cuts still keep their length and leave the checkpoint.
+        assert_eq!(s.truncate(118), 118, "{name}");
+        assert_eq!(s.truncate(90), 61, "{name}");
+        // Below the checkpoint: start over, and the checkpoint is gone.
+        assert_eq!(s.truncate(40), 0, "{name}");
+        s.forward(&ids[..120], false).unwrap();
+        assert_eq!(s.truncate(70), 0, "{name}: no checkpoint any more");
+    }
+}
