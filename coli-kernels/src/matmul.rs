@@ -549,6 +549,45 @@ mod tests {
     /// 3- and 4-token groups, on every instruction set, in f32 and bf16, against the
     /// reference.
     #[test]
+    fn the_best_isa_entry_points_give_the_reference_bits() {
+        let (rows, cols, n_tok) = (37, 45, 3);
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7919) % 101) as f32 / 50.0 - 1.0)
+            .collect();
+        let w2: Vec<f32> = w.iter().map(|v| v * 0.5 + 0.125).collect();
+        let xs: Vec<f32> = (0..n_tok * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        let (a, b) = (
+            MatRef::new(WFormat::F32, bytemuck_f32(&w), rows, cols),
+            MatRef::new(WFormat::F32, bytemuck_f32(&w2), rows, cols),
+        );
+        let (mut want_a, mut want_b) = (vec![0.0; n_tok * rows], vec![0.0; n_tok * rows]);
+        matmul_reference(&a, &xs, n_tok, &mut want_a);
+        matmul_reference(&b, &xs, n_tok, &mut want_b);
+        let mut got = vec![0.0; n_tok * rows];
+        matmul(&a, &xs, n_tok, &mut got);
+        assert_eq!(bits(&got), bits(&want_a));
+        let (mut ga, mut gb) = (vec![0.0; n_tok * rows], vec![0.0; n_tok * rows]);
+        matmul_many([&a, &b], &xs, n_tok, [&mut ga, &mut gb]);
+        assert_eq!((bits(&ga), bits(&gb)), (bits(&want_a), bits(&want_b)));
+    }
+
+    #[test]
+    #[should_panic(expected = "activations are not n_tok x cols")]
+    fn activations_of_the_wrong_length_are_refused() {
+        let w = vec![0.0f32; 6];
+        let m = MatRef::new(WFormat::F32, bytemuck_f32(&w), 2, 3);
+        matmul(&m, &[0.0; 4], 1, &mut [0.0; 2]);
+    }
+
+    #[test]
+    #[should_panic(expected = "output is not n_tok x rows")]
+    fn an_output_of_the_wrong_length_is_refused() {
+        let w = vec![0.0f32; 6];
+        let m = MatRef::new(WFormat::F32, bytemuck_f32(&w), 2, 3);
+        matmul(&m, &[0.0; 3], 1, &mut [0.0; 3]);
+    }
+
+    #[test]
     fn scale_data_reads_any_range_as_f32() {
         let f = [0.5f32, 2.0, 8.0, 0.25];
         let e = [126u8, 128, 130, 125];

@@ -149,6 +149,29 @@ mod tests {
     }
 
     #[test]
+    fn epsilons_and_plain_swiglu_follow_their_definitions() {
+        // A large eps, so that adding it in the wrong place shows.
+        let x0 = [1.0f32, -2.0, 3.5, 0.25];
+        let xs: Vec<f64> = x0.iter().map(|&v| v as f64).collect();
+        let mean = xs.iter().sum::<f64>() / 4.0;
+        let var = xs.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 4.0;
+        let mut x = x0;
+        layer_norm_inplace(&mut x, &[1.0; 4], &[0.0; 4], 0.5);
+        let mean_sq = xs.iter().map(|v| v * v).sum::<f64>() / 4.0;
+        let mut y = x0;
+        rms_norm_unweighted_inplace(&mut y, 0.5);
+        for i in 0..4 {
+            let want = (xs[i] - mean) / (var + 0.5).sqrt();
+            assert!((x[i] as f64 - want).abs() < 1e-6, "layer norm {i}");
+            let want = xs[i] / (mean_sq + 0.5).sqrt();
+            assert!((y[i] as f64 - want).abs() < 1e-6, "unweighted {i}");
+        }
+        let mut g = [-3.0f32, 0.5, 2.0];
+        swiglu_inplace(&mut g, &[-5.0, 4.0, 1.5]);
+        assert_eq!(g, [silu(-3.0) * -5.0, silu(0.5) * 4.0, silu(2.0) * 1.5]);
+    }
+
+    #[test]
     fn silu_values() {
         assert_eq!(silu(0.0), 0.0);
         assert!((silu(1.0) - 0.731_058_6).abs() < 1e-6);
