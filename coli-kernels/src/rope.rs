@@ -179,10 +179,51 @@ mod tests {
     #[test]
     fn default_frequencies_follow_the_formula() {
         let inv = compute_inv_freq(8, 10000.0, &RopeScaling::None);
+        assert_eq!(inv.len(), 4, "one frequency per pair");
         for (i, f) in inv.iter().enumerate() {
             let want = 1.0 / 10000f64.powf(2.0 * i as f64 / 8.0);
             assert!(((*f as f64) - want).abs() / want < 1e-6);
         }
+    }
+
+    #[test]
+    fn linear_and_llama3_scaling_follow_transformers_formulas() {
+        let plain = compute_inv_freq(32, 500000.0, &RopeScaling::None);
+        let linear = compute_inv_freq(32, 500000.0, &RopeScaling::Linear { factor: 4.0 });
+        for (p, q) in plain.iter().zip(&linear) {
+            assert_eq!(*q, p / 4.0);
+        }
+        // `_compute_llama3_parameters` in f64: kept above the high-frequency wavelength,
+        // divided by the factor below the low one, smoothly blended between.
+        let (factor, lo, hi, old) = (8.0f64, 1.0, 4.0, 256.0);
+        let s = RopeScaling::Llama3 {
+            factor,
+            low_freq_factor: lo,
+            high_freq_factor: hi,
+            original_max_position_embeddings: old,
+        };
+        let got = compute_inv_freq(32, 500000.0, &s);
+        let mut bands = [0; 3];
+        for (p, q) in plain.iter().zip(&got) {
+            let f = *p as f64;
+            let wl = 2.0 * std::f64::consts::PI / f;
+            let want = if wl < old / hi {
+                bands[0] += 1;
+                f
+            } else if wl > old / lo {
+                bands[2] += 1;
+                f / factor
+            } else {
+                bands[1] += 1;
+                let smooth = (old / wl - lo) / (hi - lo);
+                (1.0 - smooth) * f / factor + smooth * f
+            };
+            assert!((*q as f64 - want).abs() <= want * 1e-6, "{q} vs {want}");
+        }
+        assert!(
+            bands.iter().all(|&b| b > 0),
+            "every band is covered: {bands:?}"
+        );
     }
 
     #[test]

@@ -199,18 +199,21 @@ impl<'m> Session<'m> {
     /// hidden state is needed again). Returns the positions kept.
     pub fn truncate(&mut self, len: usize) -> usize {
         if len < self.pos {
+            // The MTP layer may need one position less than asked.
+            let target = match &mut self.mtp {
+                Some(d) if !self.kv.has_states() => d.rewind(len),
+                _ => len,
+            };
             self.pos = if self.kv.has_states() {
                 0
-            } else if len < self.kv.floor() {
-                let at = self.kv.back_to_checkpoint(len);
+            } else if target < self.kv.floor() {
+                let at = self.kv.back_to_checkpoint(target);
                 if let (Some(d), Some(_)) = (&mut self.mtp, at) {
                     d.lose_track();
                 }
                 at.unwrap_or(0)
-            } else if let Some(d) = &mut self.mtp {
-                d.rewind(len)
             } else {
-                len
+                target
             };
             self.kv.forget_checkpoint_after(self.pos);
         }
@@ -233,14 +236,19 @@ impl<'m> Session<'m> {
     }
 
     /// After a failed forward: a recurrent state may be half advanced through the layers,
-    /// and rings may have overwritten the positions before the length, so a model with
-    /// either starts over (an attention cache's rows past the length are simply
-    /// rewritten).
+    /// so a model with one starts over; rings may have overwritten positions that
+    /// continuing at the length needs, and then go back to the checkpoint or start over
+    /// (an attention cache's rows past the length are simply rewritten).
     pub(crate) fn forget_if_stateful(&mut self) {
-        if self.kv.has_states() || self.kv.has_rings() {
+        if self.kv.has_states() {
             self.pos = 0;
-            self.kv.forget_checkpoint_after(0);
+        } else if self.kv.floor() > self.pos {
+            // Rings the failed forward advanced past what continuing here needs: back to
+            // the checkpoint if it lies before, else start over. Layers it did not reach
+            // wrote nothing, so the floor is exact.
+            self.pos = self.kv.back_to_checkpoint(self.pos).unwrap_or(0);
         }
+        self.kv.forget_checkpoint_after(self.pos);
     }
 
     /// Marks `tokens` as fed after a batched forward wrote their KV, `x` holding their

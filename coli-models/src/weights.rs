@@ -419,6 +419,18 @@ impl Linear {
         }
     }
 
+    /// Refuses a NaN (255) among scales left where they lie, reading them in full: for
+    /// paths that use them without the expert store (which checks as it reads).
+    pub fn check_scales(&self) -> Result<()> {
+        if let Some(v) = self.scale_view() {
+            check_e8m0(v.bytes()).map_err(|msg| crate::error::ModelError::BadTensor {
+                name: v.name.clone(),
+                msg,
+            })?;
+        }
+        Ok(())
+    }
+
     /// Points the scales at another copy of the same bytes (after
     /// [`Linear::scale_view`]).
     pub fn set_scale_view(&mut self, view: TensorView) {

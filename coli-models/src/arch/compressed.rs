@@ -297,13 +297,13 @@ impl CompressedAttention {
             let c4 = &mut s.v4;
             let (main_kv, ix_kv) = c4.raw_kv.split_at(n * main_w);
             let (main_gate, ix_gate) = c4.raw_gate.split_at(n * main_w);
-            for t in (a..b).filter(|_| self.compressor.is_some()) {
-                let row = ring.raw_mut(start + t);
-                if let Some(c) = &self.compressor {
+            if let Some(c) = &self.compressor {
+                for t in a..b {
+                    let row = ring.raw_mut(start + t);
                     c.store(main_kv, main_gate, t, row, 0);
-                }
-                if let Some(ix) = &self.indexer {
-                    ix.compressor.store(ix_kv, ix_gate, t, row, ix_raw);
+                    if let Some(ix) = &self.indexer {
+                        ix.compressor.store(ix_kv, ix_gate, t, row, ix_raw);
+                    }
                 }
             }
             for p in start + a..start + b {

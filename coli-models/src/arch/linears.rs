@@ -143,13 +143,8 @@ impl Transformer {
             l.set_view(v);
         }
         for (&i, v) in scaled.iter().zip(scales) {
-            crate::weights::check_e8m0(v.bytes()).map_err(|msg| {
-                crate::error::ModelError::BadTensor {
-                    name: v.name.clone(),
-                    msg,
-                }
-            })?;
             linears[i].set_scale_view(v);
+            linears[i].check_scales()?;
         }
         Ok(())
     }

@@ -66,11 +66,6 @@ impl RingShape {
         2 * (self.key_rows(slack, capacity) * self.key_width
             + self.raw_rows(slack, capacity) * self.raw_width)
     }
-
-    /// Floats the whole cache holds for `capacity` positions.
-    pub fn floats(&self, slack: usize, capacity: usize) -> usize {
-        self.ring_floats(slack, capacity) + capacity * self.entry_floats_per_position()
-    }
 }
 
 /// One layer's rings and entries (see the module's documentation).
@@ -166,7 +161,7 @@ impl RingCache {
             self.key_lo = 0;
             self.raw_lo = 0;
         }
-        debug_assert!(start >= self.floor(), "cut deeper than the rings hold");
+        assert!(start >= self.floor(), "cut deeper than the rings hold");
     }
 
     /// Position `p`'s key.

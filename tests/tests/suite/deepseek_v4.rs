@@ -336,6 +336,17 @@ fn a_nan_fp4_expert_scale_is_an_error_when_its_expert_is_read() {
         };
         assert!(e.contains("NaN in E8M0"), "{cache:?}: {e}");
     }
+    // Converting reads every scale: refused too, with nothing written.
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("bf16");
+    let opts = coli_models::convert::ConvertOptions {
+        experts: coli_models::convert::Target::Bf16,
+        dense: coli_models::convert::Target::Bf16,
+        shard_bytes: 1 << 30,
+    };
+    let e = coli_models::convert::convert(t.path(), &dest, &opts, |_, _| {}).unwrap_err();
+    assert!(e.to_string().contains("NaN in E8M0"), "{e}");
+    assert!(!dest.exists());
 }
 
 #[test]
