@@ -227,6 +227,52 @@ mod tests {
     }
 
     #[test]
+    fn yarn_follows_transformers_compute_yarn_parameters() {
+        // `_compute_yarn_parameters` in f64: the correction range from beta_fast/slow
+        // (rounded outward when `truncate`), a linear ramp over it, then each frequency
+        // blended between interpolation (`/ factor`) and extrapolation.
+        use coli_core::YarnParameters;
+        for (truncate, beta_fast, beta_slow) in [(true, 32.0, 1.0), (false, 24.0, 2.0)] {
+            let y = YarnParameters {
+                factor: 16.0,
+                beta_fast,
+                beta_slow,
+                original_max_position_embeddings: 4096.0,
+                attention_factor: None,
+                mscale: None,
+                mscale_all_dim: None,
+                truncate,
+            };
+            let (dim, base) = (64usize, 10000.0f64);
+            let got = compute_inv_freq(dim, base, &RopeScaling::Yarn(y.clone()));
+            let corr = |rot: f64| {
+                dim as f64 * (4096.0 / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln())
+            };
+            let (mut low, mut high) = (corr(beta_fast), corr(beta_slow));
+            if truncate {
+                (low, high) = (low.floor(), high.ceil());
+            }
+            let (low, high) = (low.max(0.0), high.min(dim as f64 - 1.0));
+            let mut ramped = 0;
+            for (i, g) in got.iter().enumerate() {
+                let pos_freq = base.powf(2.0 * i as f64 / dim as f64);
+                let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                if ramp > 0.0 && ramp < 1.0 {
+                    ramped += 1;
+                }
+                let extrapolation_factor = 1.0 - ramp;
+                let want = 1.0 / (16.0 * pos_freq) * (1.0 - extrapolation_factor)
+                    + 1.0 / pos_freq * extrapolation_factor;
+                assert!(
+                    (*g as f64 - want).abs() <= want * 2e-6,
+                    "{i}: {g} vs {want}"
+                );
+            }
+            assert!(ramped > 0, "the ramp is exercised");
+        }
+    }
+
+    #[test]
     fn llama3_keeps_high_and_divides_low_frequencies() {
         let s = RopeScaling::Llama3 {
             factor: 8.0,
