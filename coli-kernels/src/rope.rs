@@ -273,6 +273,50 @@ mod tests {
     }
 
     #[test]
+    fn the_table_rotates_by_position_times_frequency_scaled_by_yarns_factor() {
+        let y = coli_core::YarnParameters {
+            factor: 4.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            original_max_position_embeddings: 64.0,
+            attention_factor: None,
+            mscale: None,
+            mscale_all_dim: None,
+            truncate: true,
+        };
+        let scaling = RopeScaling::Yarn(y);
+        // transformers' default attention factor: 0.1 ln(factor) + 1.
+        let scale = 0.1 * 4f64.ln() + 1.0;
+        assert!((attention_scaling(&scaling) as f64 - scale).abs() < 1e-6);
+        assert_eq!(attention_scaling(&RopeScaling::None), 1.0);
+        let t = RopeTable::new(4, 10000.0, &scaling);
+        assert_eq!(t.rot_dim(), 4);
+        assert_eq!(t.inv_freq(), &compute_inv_freq(4, 10000.0, &scaling)[..]);
+        let (mut c, mut s) = ([0.0f32; 2], [0.0f32; 2]);
+        t.cos_sin(7, &mut c, &mut s);
+        for i in 0..2 {
+            let a = (7.0f32 * t.inv_freq()[i]) as f64;
+            assert!((c[i] as f64 - a.cos() * scale).abs() < 1e-6, "cos {i}");
+            assert!((s[i] as f64 - a.sin() * scale).abs() < 1e-6, "sin {i}");
+        }
+        // Pairs (i, i + 2) half-split, (2i, 2i + 1) interleaved: [a, b] -> [a c - b s, b c + a s].
+        let x = [1.0f32, 2.0, -3.0, 0.5];
+        let mut h = x;
+        apply(RopeLayout::HalfSplit, &mut h, &c, &s);
+        let mut v = x;
+        apply(RopeLayout::Interleaved, &mut v, &c, &s);
+        for i in 0..2 {
+            let (a, b) = (x[i], x[i + 2]);
+            assert_eq!((h[i], h[i + 2]), (a * c[i] - b * s[i], b * c[i] + a * s[i]));
+            let (a, b) = (x[2 * i], x[2 * i + 1]);
+            assert_eq!(
+                (v[2 * i], v[2 * i + 1]),
+                (a * c[i] - b * s[i], b * c[i] + a * s[i])
+            );
+        }
+    }
+
+    #[test]
     fn llama3_keeps_high_and_divides_low_frequencies() {
         let s = RopeScaling::Llama3 {
             factor: 8.0,
