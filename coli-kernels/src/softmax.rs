@@ -51,5 +51,8 @@ mod tests {
             assert!((x[i] as f64 - e[i] / s).abs() < 1e-6);
         }
         assert!((log_sum_exp(&[0.0, 0.0]) - 2f64.ln()).abs() < 1e-12);
+        // A non-zero maximum: ln(e^3 + e^1) = 3 + ln(1 + e^-2).
+        let want = 3.0 + (1.0 + (-2.0f64).exp()).ln();
+        assert!((log_sum_exp(&[3.0, 1.0]) - want).abs() < 1e-12);
     }
 }
