@@ -44,11 +44,33 @@ pub fn attend_window(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
-    let hd = kv.head_dim;
-    let first = span.start;
-    let scores = &mut scores[..span.len()];
-    for (j, s) in span.clone().zip(scores.iter_mut()) {
-        let k = &kv.keys[j * kv.stride + kv.offset..][..hd];
+    attend_ring(q, kv, usize::MAX, span, scale, sink, scores, out)
+}
+
+/// [`attend_window`] over a ring of `rows` positions: position `j`'s key and value are at
+/// row `j % rows` of the view (a sliding window's cache that keeps only its last
+/// positions). The span must fit in the ring. Positions are visited in increasing order,
+/// as [`attend_window`] visits them, so a ring that holds the span gives its bits.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_ring(
+    q: &[f32],
+    kv: KvView,
+    rows: usize,
+    span: std::ops::Range<usize>,
+    scale: f32,
+    sink: Option<f32>,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let (hd, len) = (kv.head_dim, span.len());
+    assert!(len <= rows, "a span of {len} positions in a ring of {rows}");
+    // The span's rows: from the first position's row to the ring's end, then from row 0.
+    let r0 = span.start % rows;
+    let before_wrap = len.min(rows - r0);
+    let order = (r0..r0 + before_wrap).chain(0..len - before_wrap);
+    let scores = &mut scores[..len];
+    for (r, s) in order.clone().zip(scores.iter_mut()) {
+        let k = &kv.keys[r * kv.stride + kv.offset..][..hd];
         *s = dot_f32(q, k) * scale;
     }
     match sink {
@@ -56,8 +78,8 @@ pub fn attend_window(
         Some(sink) => softmax_with_sink(scores, sink),
     }
     out.fill(0.0);
-    for (j, &p) in scores.iter().enumerate() {
-        let v = &kv.values[(first + j) * kv.stride + kv.offset..][..out.len()];
+    for (r, &p) in order.zip(scores.iter()) {
+        let v = &kv.values[r * kv.stride + kv.offset..][..out.len()];
         for (o, &vi) in out.iter_mut().zip(v) {
             *o += p * vi;
         }
@@ -222,6 +244,67 @@ mod tests {
         };
         attend(&q, kv2, 4, 0.35, &mut s1, &mut dense);
         assert_eq!(dense, sparse);
+    }
+
+    #[test]
+    fn a_ring_holding_the_window_gives_the_flat_caches_bits() {
+        // Keys and values interleaved in one row (key, then value), two heads of 8, the
+        // ring's rows written as a sliding-window cache writes them: position j at j % rows,
+        // later positions over earlier ones.
+        let (n, hd, heads) = (53, 8, 2);
+        let w = 2 * heads * hd;
+        let flat: Vec<f32> = (0..n * w)
+            .map(|i| ((i * 7919) % 211) as f32 / 90.0 - 1.1)
+            .collect();
+        fn view(rows: &[f32], head: usize, hd: usize, heads: usize) -> KvView<'_> {
+            KvView {
+                keys: rows,
+                values: &rows[heads * hd..],
+                stride: 2 * heads * hd,
+                offset: head * hd,
+                head_dim: hd,
+            }
+        }
+        let q: Vec<f32> = (0..hd).map(|i| i as f32 * 0.21 - 0.7).collect();
+        let mut scores = vec![0.0; n];
+        for rows in [5, 9, 16, 53] {
+            let mut ring = vec![f32::NAN; rows * w];
+            for end in 1..=n {
+                let p = end - 1;
+                ring[(p % rows) * w..][..w].copy_from_slice(&flat[p * w..][..w]);
+                for (len, sink) in [
+                    (1, None),
+                    (rows.min(end), Some(0.4)),
+                    (rows.min(end) / 2, None),
+                ] {
+                    let span = end - len..end;
+                    for head in 0..heads {
+                        let (mut a, mut b) = (vec![0.0; hd], vec![0.0; hd]);
+                        let fl = view(&flat, head, hd, heads);
+                        attend_window(&q, fl, span.clone(), 0.3, sink, &mut scores, &mut a);
+                        let rv = view(&ring, head, hd, heads);
+                        attend_ring(&q, rv, rows, span.clone(), 0.3, sink, &mut scores, &mut b);
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&a), bits(&b), "ring of {rows}, {span:?}, head {head}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "in a ring of 4")]
+    fn a_span_longer_than_the_ring_is_refused() {
+        let rows = vec![0.0f32; 4 * 8];
+        let kv = KvView {
+            keys: &rows,
+            values: &rows,
+            stride: 8,
+            offset: 0,
+            head_dim: 8,
+        };
+        let (mut scores, mut out) = (vec![0.0; 8], vec![0.0; 8]);
+        attend_ring(&[0.0; 8], kv, 4, 3..8, 1.0, None, &mut scores, &mut out);
     }
 
     #[test]

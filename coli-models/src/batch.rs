@@ -101,7 +101,7 @@ impl Slot<'_> {
     /// Writes the tokens the slot holds and their KV rows (little-endian): the token
     /// count (u64), the tokens (u32 each), then per layer the keys, values and indexer keys
     /// of those positions (f32 each), then each linear-attention layer's recurrent state
-    /// (f32 each; none for attention-only models), then each DeepSeek-V4 layer's rings
+    /// (f32 each; none for attention-only models), then each ring layer's rings
     /// and entries.
     pub fn save_state(&self, w: &mut dyn Write) -> std::io::Result<()> {
         let kv = self.session.kv();
@@ -466,7 +466,7 @@ impl Engine {
             return Ok(d);
         }
         d.pick_and_emit(logits, prompt.len(), capacity)?;
-        // The end of the prompt: the next turn can come back here (DeepSeek-V4's rings).
+        // The end of the prompt: the next turn can come back here (the rings of DeepSeek-V4 and sliding windows).
         slot.session.checkpoint();
         d.stats.ttft_s = started.elapsed().as_secs_f64();
         Ok(d)

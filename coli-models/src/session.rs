@@ -131,7 +131,7 @@ impl<'m> Session<'m> {
         Session::with_ring_slack(model, capacity, crate::arch::ring::RING_SLACK)
     }
 
-    /// [`Session::new`] whose DeepSeek-V4 layers keep `slack` positions beyond what they
+    /// [`Session::new`] whose ring layers (DeepSeek-V4, sliding windows) keep `slack` positions beyond what they
     /// read ([`KvCache::with_slack`]): less memory, shallower cuts and shorter pieces.
     pub fn with_ring_slack(model: &'m Transformer, capacity: usize, slack: usize) -> Session<'m> {
         let mut scratch = Scratch::default();
@@ -191,8 +191,8 @@ impl<'m> Session<'m> {
     /// Keeps the first `len` positions and forgets the rest (a shared prefix is reused:
     /// the positions after it are recomputed, with the same bits as the first time).
     /// A model with a recurrent state (linear attention) cannot go back to an earlier
-    /// position: it keeps everything when `len` covers it, else starts over. DeepSeek-V4
-    /// layers keep only their last positions: a cut below [`KvCache::floor`] goes back to
+    /// position: it keeps everything when `len` covers it, else starts over. Ring layers
+    /// keep only their last positions: a cut below [`KvCache::floor`] goes back to
     /// the [`Session::checkpoint`] when that lies at or before `len` (the end of the last
     /// prompt: the next turn of a conversation), else starts over. With MTP
     /// drafting on, a cut into what the MTP layer has read keeps one position less (its
@@ -272,7 +272,7 @@ impl<'m> Session<'m> {
         debug_assert!(self.pos <= self.kv.capacity);
     }
 
-    /// Marks the end of a prompt: DeepSeek-V4's rings are copied, so that the next turn
+    /// Marks the end of a prompt: the rings (DeepSeek-V4, sliding windows) are copied, so that the next turn
     /// of the conversation can go back here even when its template rewrites the answer
     /// (see [`Session::truncate`]).
     pub fn checkpoint(&mut self) {
@@ -294,7 +294,7 @@ impl<'m> Session<'m> {
     }
 
     /// The most drafts one verification may feed: a refused draft cuts the cache back by
-    /// up to this many positions, which DeepSeek-V4's rings must still hold.
+    /// up to this many positions, which the rings must still hold.
     pub(crate) fn draft_limit(&self) -> usize {
         self.kv.cut_depth()
     }

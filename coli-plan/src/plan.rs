@@ -142,7 +142,7 @@ pub struct MemoryShape {
     /// KV cache bytes per position, all layers.
     pub kv_bytes_per_token: u64,
     /// Bytes one sequence keeps whatever its length: recurrent states (linear-attention
-    /// layers) and DeepSeek-V4's rings.
+    /// layers) and the rings of DeepSeek-V4 and sliding-window layers.
     pub state_bytes_per_sequence: u64,
     /// Scratch bytes of one decode step (an upper bound).
     pub working_bytes: u64,

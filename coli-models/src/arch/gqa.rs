@@ -2,7 +2,7 @@
 //! optional q/k RMSNorm and clipping, RoPE, a per-head KV cache, causal softmax attention.
 
 use coli_core::ModelDir;
-use coli_kernels::attention::{attend_window, KvView};
+use coli_kernels::attention::{attend_ring, KvView};
 use coli_kernels::routing::sigmoid;
 use rayon::prelude::*;
 
@@ -58,14 +58,9 @@ pub struct Attention {
     pub output_gate: bool,
 }
 
-/// One position's q, k, v rows and its KV cache rows, as the position loop hands them out.
-type PositionItem<'a> = (
-    usize,
-    (
-        ((&'a mut [f32], &'a mut [f32]), &'a [f32]),
-        (&'a mut [f32], &'a mut [f32]),
-    ),
-);
+/// Where a layer's keys and values are read: the key rows, the value rows, the floats
+/// between positions, and the rows before position `p` comes back to row `p % rows`.
+type KvRows<'a> = (&'a [f32], &'a [f32], usize, usize);
 
 impl Attention {
     /// `{prefix}.{q,k,v,o}_proj`, with biases on q/k/v if `qkv_bias` and on o if `o_bias`.
@@ -138,9 +133,47 @@ impl Attention {
     /// Attention of the step's tokens: leaves the projected output in `s.proj`.
     pub(crate) fn forward(&self, st: &Step, kv: &mut KvCache, s: &mut Scratch) {
         self.project(st, s);
-        self.rotate_and_store(st, kv, s, 0);
-        self.attend(st, kv, s, 0);
+        self.store_and_attend(st, kv, s, 0);
         self.output(st, s);
+    }
+
+    /// RoPE, the KV writes and the attention of the step's tokens (the scratch rows from
+    /// `row0` on). A sliding-window layer whose cache is a ring (see
+    /// [`super::ring::RingCache`]) takes them in pieces of at most the ring's slack, each
+    /// written before it is read, so a piece never overwrites a key one of its own tokens
+    /// reads.
+    fn store_and_attend(&self, st: &Step, kv: &mut KvCache, s: &mut Scratch, row0: usize) {
+        self.rotate(st, s, row0);
+        let (li, kvd) = (st.layer, self.kv_width(st));
+        let at0 = row0 * kvd;
+        match kv.rings[li].as_mut() {
+            None => {
+                let n = st.n * kvd;
+                kv.keys[li][st.start * kvd..][..n].copy_from_slice(&s.k[at0..at0 + n]);
+                kv.values[li][st.start * kvd..][..n].copy_from_slice(&s.v[at0..at0 + n]);
+                let rows = (&kv.keys[li][..], &kv.values[li][..], kvd, usize::MAX);
+                self.attend(st, rows, s, row0);
+            }
+            Some(ring) => {
+                ring.begin(st.start);
+                let piece = ring.piece();
+                for a in (0..st.n).step_by(piece) {
+                    let part = Step {
+                        n: piece.min(st.n - a),
+                        start: st.start + a,
+                        ..*st
+                    };
+                    for t in a..a + part.n {
+                        let row = ring.key_mut(st.start + t);
+                        let at = at0 + t * kvd;
+                        row[..kvd].copy_from_slice(&s.k[at..at + kvd]);
+                        row[kvd..].copy_from_slice(&s.v[at..at + kvd]);
+                    }
+                    let (keys, rows) = ring.key_ring();
+                    self.attend(&part, (keys, &keys[kvd..], 2 * kvd, rows), s, row0 + a);
+                }
+            }
+        }
     }
 
     /// Attention of rows of several sequences: row `r` is at position `starts[r]` of
@@ -157,9 +190,7 @@ impl Attention {
         self.project(st, s);
         for (r, (&q, &start)) in seqs.iter().zip(starts).enumerate() {
             let row = Step { n: 1, start, ..*st };
-            let kv = &mut *kvs[q];
-            self.rotate_and_store(&row, kv, s, r);
-            self.attend(&row, kv, s, r);
+            self.store_and_attend(&row, kvs[q], s, r);
         }
         self.output(st, s);
     }
@@ -230,37 +261,28 @@ impl Attention {
         }
     }
 
-    /// RoPE on q and k, then the KV writes, per position; the step's tokens are the
-    /// scratch rows from `row0` on.
-    fn rotate_and_store(&self, st: &Step, kv: &mut KvCache, s: &mut Scratch, row0: usize) {
-        let (n, start, li) = (st.n, st.start, st.layer);
+    /// RoPE on q and k, per position; the step's tokens are the scratch rows from `row0`
+    /// on.
+    fn rotate(&self, st: &Step, s: &mut Scratch, row0: usize) {
+        let (n, start) = (st.n, st.start);
         let (qd, kvd, hd) = (self.q_width(st), self.kv_width(st), st.model.info.head_dim);
-        let (q, k, v) = (
+        let (q, k) = (
             &mut s.q[row0 * qd..(row0 + n) * qd],
             &mut s.k[row0 * kvd..(row0 + n) * kvd],
-            &s.v[row0 * kvd..(row0 + n) * kvd],
         );
         let (rope, layout) = (&st.model.rope, st.model.rope_layout);
-        let kc = &mut kv.keys[li][start * kvd..(start + n) * kvd];
-        let vc = &mut kv.values[li][start * kvd..(start + n) * kvd];
-        let work = |(t, (((q, k), v), (kc, vc))): PositionItem| {
+        let work = |(t, (q, k)): (usize, (&mut [f32], &mut [f32]))| {
             rope_position(rope, layout, start + t, hd, q, k);
-            kc.copy_from_slice(k);
-            vc.copy_from_slice(v);
         };
         match st.positions {
             PositionLoop::Serial => q
                 .chunks_mut(qd)
                 .zip(k.chunks_mut(kvd))
-                .zip(v.chunks(kvd))
-                .zip(kc.chunks_mut(kvd).zip(vc.chunks_mut(kvd)))
                 .enumerate()
                 .for_each(work),
             PositionLoop::Parallel => q
                 .par_chunks_mut(qd)
                 .zip(k.par_chunks_mut(kvd))
-                .zip(v.par_chunks(kvd))
-                .zip(kc.par_chunks_mut(kvd).zip(vc.par_chunks_mut(kvd)))
                 .enumerate()
                 .for_each(work),
         }
@@ -269,13 +291,13 @@ impl Attention {
     /// Causal attention over the (position, head) items, split into at most
     /// ATTENTION_TASKS contiguous groups; each group reuses one row of scores. The step's
     /// tokens are the scratch rows from `row0` on.
-    fn attend(&self, st: &Step, kv: &KvCache, s: &mut Scratch, row0: usize) {
+    fn attend(&self, st: &Step, kv: KvRows, s: &mut Scratch, row0: usize) {
         let info = &st.model.info;
         let (n, start, ctx) = (st.n, st.start, st.ctx());
         let (hd, nh, nkv) = (info.head_dim, info.n_heads, info.n_kv_heads);
-        let (qd, kvd) = (nh * hd, nkv * hd);
+        let qd = nh * hd;
         let scale = 1.0 / (hd as f32).sqrt();
-        let (keys, values) = (&kv.keys[st.layer][..], &kv.values[st.layer][..]);
+        let (keys, values, stride, rows) = kv;
         let group = nh / nkv;
         let q = &s.q[row0 * qd..(row0 + n) * qd];
         let items = n * nh;
@@ -291,7 +313,7 @@ impl Attention {
                     let view = KvView {
                         keys,
                         values,
-                        stride: kvd,
+                        stride,
                         offset: (head / group) * hd,
                         head_dim: hd,
                     };
@@ -299,7 +321,7 @@ impl Attention {
                     let end = start + t + 1;
                     let first = self.window.map_or(0, |w| end.saturating_sub(w));
                     let sink = self.sinks.as_ref().map(|s| s[head]);
-                    attend_window(q, view, first..end, scale, sink, scores, out);
+                    attend_ring(q, view, rows, first..end, scale, sink, scores, out);
                 }
             });
     }

@@ -50,7 +50,8 @@ pub struct KvLayout {
     pub attends: Vec<bool>,
     /// Per layer, the floats of its fixed-size recurrent state per sequence (0: none).
     pub state_floats: Vec<usize>,
-    /// Per layer, the rings and entries of a DeepSeek-V4 attention layer (which then
+    /// Per layer, the rings of a layer that reads only its last positions: a DeepSeek-V4
+    /// attention layer (with its entries) or a sliding-window GQA layer (which then
     /// keeps no keys per position: `attends` is false).
     pub rings: Vec<Option<RingShape>>,
 }
@@ -76,7 +77,11 @@ impl KvLayout {
             index_widths: index_key_widths(model).collect(),
             attends: model.layers.iter().map(|l| attends(&l.attn)).collect(),
             state_floats: model.layers.iter().map(|l| state_floats(&l.attn)).collect(),
-            rings: model.layers.iter().map(|l| ring_shape(&l.attn)).collect(),
+            rings: model
+                .layers
+                .iter()
+                .map(|l| ring_shape(&l.attn, model.info.kv))
+                .collect(),
         }
     }
 
@@ -99,8 +104,8 @@ impl KvLayout {
         self.bytes_per_position() * capacity + self.state_bytes(capacity)
     }
 
-    /// Bytes one sequence keeps whatever its length: recurrent states, and DeepSeek-V4's
-    /// rings (a cache of `capacity` positions, fewer than a ring's, holds less).
+    /// Bytes one sequence keeps whatever its length: recurrent states, and the rings of
+    /// DeepSeek-V4 and sliding-window layers (a cache of `capacity` positions, fewer than a ring's, holds less).
     pub fn state_bytes(&self, capacity: usize) -> usize {
         let rings: usize = self
             .rings
@@ -122,7 +127,7 @@ pub struct KvCache {
     /// Per layer, the recurrent state of a linear-attention layer (empty elsewhere); a
     /// forward starting at position 0 resets it.
     pub(crate) states: Vec<Vec<f32>>,
-    /// Per layer, a DeepSeek-V4 attention layer's rings and entries.
+    /// Per layer, the rings of a DeepSeek-V4 or sliding-window layer (see [`RingCache`]).
     pub(crate) rings: Vec<Option<RingCache>>,
     /// Positions the cache can hold.
     pub capacity: usize,
@@ -134,7 +139,7 @@ impl KvCache {
         KvCache::with_slack(model, capacity, RING_SLACK)
     }
 
-    /// [`KvCache::new`] with rings of `slack` positions beyond what DeepSeek-V4 layers
+    /// [`KvCache::new`] with rings of `slack` positions beyond what ring layers
     /// read (the default is [`RING_SLACK`]): how far a sequence can be cut back and
     /// continued exactly. Tests use small rings to make them wrap.
     pub fn with_slack(model: &Transformer, capacity: usize, slack: usize) -> KvCache {
@@ -160,7 +165,9 @@ impl KvCache {
             rings: model
                 .layers
                 .iter()
-                .map(|l| ring_shape(&l.attn).map(|r| RingCache::new(r, slack, capacity)))
+                .map(|l| {
+                    ring_shape(&l.attn, model.info.kv).map(|r| RingCache::new(r, slack, capacity))
+                })
                 .collect(),
             capacity,
         }
@@ -173,7 +180,7 @@ impl KvCache {
     }
 
     /// The shortest length the sequence held can be cut back to and continued exactly
-    /// (0 without V4 rings; a recurrent state cannot be cut back at all: see
+    /// (0 without rings; a recurrent state cannot be cut back at all: see
     /// [`KvCache::has_states`]).
     pub fn floor(&self) -> usize {
         self.rings
@@ -184,7 +191,7 @@ impl KvCache {
             .unwrap_or(0)
     }
 
-    /// Keeps a copy of the V4 rings as they are after `len` positions (a prompt just fed),
+    /// Keeps a copy of the rings as they are after `len` positions (a prompt just fed),
     /// so that a later cut at or past `len` goes back to it.
     pub fn checkpoint(&mut self, len: usize) {
         for r in self.rings.iter_mut().flatten() {
@@ -219,7 +226,7 @@ impl KvCache {
     }
 
     /// How many positions back from its length the sequence can always be cut and
-    /// continued exactly (unbounded without V4 rings).
+    /// continued exactly (unbounded without rings).
     pub fn cut_depth(&self) -> usize {
         self.rings
             .iter()
@@ -345,15 +352,22 @@ fn index_key_widths(model: &Transformer) -> impl Iterator<Item = usize> + '_ {
     })
 }
 
-/// Whether a layer's mixer keeps keys and values per position.
+/// Whether a layer's mixer keeps keys and values per position (not a linear-attention
+/// layer nor a ring layer: see [`ring_shape`]).
 fn attends(m: &Mixer) -> bool {
-    !matches!(m, Mixer::DeltaNet(_) | Mixer::Compressed(_))
+    match m {
+        Mixer::Gqa(a) => a.window.is_none(),
+        Mixer::Mla(_) => true,
+        Mixer::DeltaNet(_) | Mixer::Compressed(_) => false,
+    }
 }
 
-/// The rings of a DeepSeek-V4 attention layer.
-fn ring_shape(m: &Mixer) -> Option<RingShape> {
+/// The rings of a DeepSeek-V4 attention layer, or of a sliding-window GQA layer (its
+/// window's keys and values, one row per position).
+fn ring_shape(m: &Mixer, kv: KvShape) -> Option<RingShape> {
     match m {
         Mixer::Compressed(c) => Some(c.ring_shape()),
+        Mixer::Gqa(a) => a.window.map(|w| RingShape::sliding(w, kv)),
         _ => None,
     }
 }

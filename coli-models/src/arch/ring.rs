@@ -1,5 +1,7 @@
-//! The cache of a DeepSeek-V4 attention layer: the last positions' keys and compressor
-//! rows in rings, and every finished compressed entry.
+//! The cache of a layer that reads only its last positions: a DeepSeek-V4 attention
+//! layer (the last positions' keys and compressor rows in rings, and every finished
+//! compressed entry) or a sliding-window attention layer (gpt-oss; its keys and values in
+//! one ring, nothing else).
 //!
 //! A V4 layer reads keys only inside its sliding window, and a compressor's raw rows only
 //! until their window's entry is finished (the window before it too, for CSA's overlap).
@@ -17,12 +19,13 @@ use std::io::{Read, Write};
 /// and continued exactly, and the most tokens a forward writes before it reads them.
 pub const RING_SLACK: usize = 64;
 
-/// What one V4 attention layer keeps, from its config or its loaded block.
+/// What one ring layer keeps, from its config or its loaded block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RingShape {
     /// Positions of the sliding window, the query's own included.
     pub window: usize,
-    /// Floats of a key (`head_dim`).
+    /// Floats of a position's row in the key ring (V4: its shared key, `head_dim`; a
+    /// sliding-window GQA layer: its keys, then its values).
     pub key_width: usize,
     /// Positions per compressed entry (0 on a sliding layer).
     pub rate: usize,
@@ -35,6 +38,19 @@ pub struct RingShape {
 }
 
 impl RingShape {
+    /// A sliding-window GQA layer of `window` positions: each position's keys and values
+    /// in one row of the key ring, nothing compressed.
+    pub fn sliding(window: usize, kv: super::kv::KvShape) -> RingShape {
+        RingShape {
+            window,
+            key_width: kv.key_width + kv.value_width,
+            rate: 0,
+            overlap: false,
+            raw_width: 0,
+            entry_width: 0,
+        }
+    }
+
     /// Positions of the key ring for `slack` (at least 1; at most `capacity`): a token
     /// reads the `window - 1` keys before its own, and a cut of `slack` positions must
     /// leave them.
@@ -172,9 +188,20 @@ impl RingCache {
 
     /// Writes position `p`'s key (overwriting the one `key_rows` positions before it).
     pub fn set_key(&mut self, p: usize, key: &[f32]) {
+        self.key_mut(p).copy_from_slice(key);
+    }
+
+    /// Position `p`'s key, to write (overwriting the one `key_rows` positions before it).
+    pub fn key_mut(&mut self, p: usize) -> &mut [f32] {
         let w = self.shape.key_width;
-        self.keys[(p % self.key_rows) * w..][..w].copy_from_slice(key);
         self.key_lo = self.key_lo.max((p + 1).saturating_sub(self.key_rows));
+        &mut self.keys[(p % self.key_rows) * w..][..w]
+    }
+
+    /// The key ring and its number of rows: position `p`'s key is row `p % rows`, for the
+    /// positions from [`RingCache::floor`]'s window on.
+    pub fn key_ring(&self) -> (&[f32], usize) {
+        (&self.keys, self.key_rows)
     }
 
     /// Position `p`'s raw row.

@@ -4,15 +4,20 @@
 //! a MoE whose router has a bias and picks the top-k logits before a softmax over them; each
 //! expert is one interleaved gate/up projection and a down projection, both with biases, and
 //! a clamped GLU (`swiglu_limit`, `swiglu_alpha`). The release stores the experts as MXFP4
-//! (`_blocks` + `_scales`), which coli reads natively. Mirrors `modeling_gpt_oss.py`.
+//! (`_blocks` + `_scales`), which coli reads natively. A sliding layer's cache keeps only
+//! its window's keys and values, in a ring ([`crate::arch::ring`]). Mirrors
+//! `modeling_gpt_oss.py`.
 
 use coli_core::ModelDir;
 use coli_kernels::rope::RopeLayout;
 use serde::Deserialize;
 
+use crate::arch::layer::head_dim;
 use crate::arch::moe::check_top_k;
+use crate::arch::ring::RingShape;
 use crate::arch::{
-    Attention, ClampedGlu, Expert, Ffn, GluExpert, Mixer, Moe, Routing, Transformer,
+    Attention, ClampedGlu, Expert, Ffn, GluExpert, KvLayout, KvShape, Mixer, Moe, Routing,
+    Transformer,
 };
 use crate::error::Result;
 use crate::families::skeleton::{layer_kinds, CommonConfig, Defaults, Skeleton};
@@ -137,6 +142,25 @@ impl Family for GptOss {
             };
             Ok((Mixer::Gqa(Box::new(attn)), Ffn::Moe(Box::new(moe))))
         })
+    }
+
+    /// Full layers keep every position's keys and values; sliding layers only their
+    /// window's, in a ring.
+    fn kv_layout(dir: &ModelDir) -> Result<KvLayout> {
+        let cfg: GptOssConfig = dir.config.deserialize_aliased(CONFIG_ALIASES)?;
+        let sliding = sliding_layers(dir, &cfg)?;
+        let c = &cfg.common;
+        let n_kv = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
+        let hd = head_dim(dir, c.hidden_size, c.num_attention_heads, n_kv, c.head_dim)?;
+        let shape = KvShape::gqa(n_kv, hd);
+        let mut l = KvLayout::uniform(c.num_hidden_layers, shape);
+        for (i, _) in sliding.iter().enumerate().filter(|(_, &s)| s) {
+            if let Some(w) = cfg.sliding_window {
+                l.attends[i] = false;
+                l.rings[i] = Some(RingShape::sliding(w, shape));
+            }
+        }
+        Ok(l)
     }
 }
 

@@ -180,6 +180,7 @@ fn a_reused_prefix_gives_the_tokens_of_a_fresh_slot() {
         "deepseek_v3_group_yarn",
         "glm5_dsa_full",
         "deepseek_v4_hash_csa",
+        "gpt_oss_window_yarn",
     ] {
         let engine = Engine::open(&fixtures_dir().join(name), &Placement::default()).unwrap();
         let reqs = requests(engine.model().info.vocab_size as u32);
@@ -238,7 +239,8 @@ fn a_recurrent_state_is_reused_whole_or_not_at_all() {
     }
 }
 
-/// A saved slot carries the recurrent state (or DeepSeek-V4's rings) with the tokens:
+/// A saved slot carries the recurrent state (or the rings of DeepSeek-V4 and sliding
+/// windows) with the tokens:
 /// loaded into another slot, a continuation of the whole history gives the tokens of a
 /// fresh slot.
 #[test]
@@ -247,6 +249,7 @@ fn a_saved_recurrent_state_comes_back_with_its_slot() {
         "qwen3_next_hybrid",
         "qwen3_5_moe_text_shard",
         "deepseek_v4_hash_csa",
+        "gpt_oss_window_yarn",
     ] {
         let engine = Engine::open(&fixtures_dir().join(name), &Placement::default()).unwrap();
         let reqs = requests(engine.model().info.vocab_size as u32);

@@ -1,7 +1,7 @@
 //! DeepSeek-V4 beyond the oracle fixtures: the legacy config keys its configuration class
 //! folds in give the modern keys' model bit for bit, checkpoints that are not what the
-//! release ships are named errors at load, and a cut cache gives a fresh sequence's bits,
-//! with rings small enough to wrap too.
+//! release ships are named errors at load, a cut cache gives a fresh sequence's bits, and
+//! FP4 expert scales are streamed with their experts (rings that wrap: `rings.rs`).
 
 use coli_tests::{copy_fixture as copy, edit_config, load_err, shard_header as header, Reference};
 use serde_json::Value;
@@ -184,68 +184,6 @@ fn a_cache_cut_inside_a_window_gives_a_fresh_sequences_bits() {
     }
 }
 
-/// The bits of every position of `ids` fed to `s` in pieces of `chunk`.
-fn fed_in_chunks(s: &mut coli_models::Session, ids: &[u32], chunk: usize) -> Vec<u32> {
-    let mut out = Vec::new();
-    for piece in ids.chunks(chunk) {
-        out.extend(s.forward(piece, true).unwrap().iter().map(|v| v.to_bits()));
-    }
-    out
-}
-
-#[test]
-fn rings_that_wrap_give_the_bits_of_a_cache_that_keeps_every_position() {
-    // The rings keep only the window's keys and the open windows' compressor rows plus a
-    // slack. Small slacks make them wrap many times over 160 positions; every way of
-    // feeding the tokens, and every cut the slack allows, must give the bits of rings
-    // that hold the whole sequence.
-    for name in ["deepseek_v4_hash_csa", "deepseek_v4_hub_yarn"] {
-        let r = Reference::load(name);
-        let m = coli_models::load(&r.dir).unwrap();
-        let vocab = m.info.vocab_size;
-        let n = 160;
-        let ids: Vec<u32> = (0..n).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
-        let other: Vec<u32> = ids.iter().map(|&t| (t * 7 + 3) % vocab as u32).collect();
-        let mut whole = coli_models::Session::with_ring_slack(&m, n, n);
-        let want = fed_in_chunks(&mut whole, &ids, n);
-        for slack in [1, 3, 5, 9] {
-            let mut s = coli_models::Session::with_ring_slack(&m, n, slack);
-            for chunk in [n, 1, 7] {
-                s.truncate(0);
-                let got = fed_in_chunks(&mut s, &ids, chunk);
-                assert!(got == want, "{name}: slack {slack}, pieces of {chunk}");
-            }
-            // Cuts the slack allows keep their positions and continue exactly.
-            for (hi, depth) in [
-                (40, slack),
-                (97, slack),
-                (150, 1),
-                (121, (slack / 2).max(1)),
-            ] {
-                s.truncate(0);
-                s.forward(&ids[..hi - depth], false).unwrap();
-                s.forward(&other[hi - depth..hi], false).unwrap();
-                let cut = hi - depth;
-                assert_eq!(
-                    s.truncate(cut),
-                    cut,
-                    "{name}: slack {slack}, cut {depth} at {hi}"
-                );
-                let got = fed_in_chunks(&mut s, &ids[cut..cut + 8], 3);
-                let v = vocab;
-                assert!(
-                    got[..] == want[cut * v..(cut + 8) * v],
-                    "{name}: slack {slack}, cut {depth} at {hi}"
-                );
-            }
-            // A cut deeper than the rings hold starts over.
-            s.truncate(0);
-            s.forward(&ids[..120], false).unwrap();
-            assert_eq!(s.truncate(60), 0, "{name}: slack {slack}");
-        }
-    }
-}
-
 /// The FP4 fixture's routed-expert scale tensors (`….ffn.experts.E.wN.scale`) from its
 /// safetensors header: (name, start, end) of each's data.
 fn expert_scales(shard: &std::path::Path) -> Vec<(String, usize, usize)> {
@@ -347,40 +285,4 @@ fn a_nan_fp4_expert_scale_is_an_error_when_its_expert_is_read() {
     let e = coli_models::convert::convert(t.path(), &dest, &opts, |_, _| {}).unwrap_err();
     assert!(e.to_string().contains("NaN in E8M0"), "{e}");
     assert!(!dest.exists());
-}
-
-#[test]
-fn a_deep_cut_goes_back_to_the_end_of_the_last_prompt() {
-    // A conversation's next turn may rewrite the last answer (templates drop the
-    // reasoning), so the shared prefix ends where the last prompt ended: further back than
-    // the rings' slack. The checkpoint taken there brings the rings back.
-    for name in ["deepseek_v4_hash_csa", "deepseek_v4_hub_yarn"] {
-        let r = Reference::load(name);
-        let m = coli_models::load(&r.dir).unwrap();
-        let v = m.info.vocab_size;
-        let n = 140;
-        let ids: Vec<u32> = (0..n).map(|i| ((i * 7919 + 13) % v) as u32).collect();
-        let other: Vec<u32> = ids.iter().map(|&t| (t * 7 + 3) % v as u32).collect();
-        let mut whole = coli_models::Session::with_ring_slack(&m, n, n);
-        let want = fed_in_chunks(&mut whole, &ids, n);
-        let mut s = coli_models::Session::with_ring_slack(&m, n, 3);
-        // Turn 1: a prompt of 61 positions, then an answer of 40 the next turn rewrites.
-        s.forward(&ids[..61], false).unwrap();
-        s.checkpoint();
-        fed_in_chunks(&mut s, &other[61..101], 1);
-        // Turn 2 shares the prompt and 5 more: back to the checkpoint, not to 0.
-        assert_eq!(s.truncate(66), 61, "{name}");
-        let got = fed_in_chunks(&mut s, &ids[61..120], 7);
-        assert!(
-            got[..] == want[61 * v..120 * v],
-            "{name}: after the checkpoint"
-        );
-        // Within the slack, cuts still keep their length and leave the checkpoint.
-        assert_eq!(s.truncate(118), 118, "{name}");
-        assert_eq!(s.truncate(90), 61, "{name}");
-        // Below the checkpoint: start over, and the checkpoint is gone.
-        assert_eq!(s.truncate(40), 0, "{name}");
-        s.forward(&ids[..120], false).unwrap();
-        assert_eq!(s.truncate(70), 0, "{name}: no checkpoint any more");
-    }
 }

@@ -15,6 +15,7 @@ mod mtp;
 mod oracle;
 mod placement;
 mod qwen3_next;
+mod rings;
 mod schema_generation;
 mod store_failures;
 mod tool_calls;
