@@ -70,6 +70,12 @@ pub struct TokenTrie {
     /// Per node: `end_ids[first_end[n]..first_end[n + 1]]`.
     first_end: Vec<u32>,
     end_ids: Vec<u32>,
+    /// Per node: the node after its subtree (nodes `n..subtree_end[n]` are the subtree).
+    subtree_end: Vec<u32>,
+    /// Per node: whether every token of its subtree continues past the node's bytes with
+    /// whole characters of plain string content only (`SLICE_CLASSES[0]`), so a state
+    /// that takes any such character and stays put allows the whole subtree.
+    plain_below: Vec<bool>,
     vocab_size: usize,
     /// One per slice class (empty for a trie built without slices).
     slices: Vec<Slice>,
@@ -177,6 +183,33 @@ impl TokenTrie {
         }
         t.first_edge.push(t.edges.len() as u32);
         t.first_end.push(t.end_ids.len() as u32);
+        // Depths, then (children after parents in depth-first order) subtree ends and the
+        // latest byte from which some token below is plain string content to its end.
+        let n = order_dfs.len();
+        let mut depth = vec![0usize; n];
+        for node in 0..n {
+            for &(_, c) in t.edges_of(node) {
+                depth[c as usize] = depth[node] + 1;
+            }
+        }
+        let mut plain_from: Vec<usize> = (0..n)
+            .map(|node| {
+                t.ends(node)
+                    .iter()
+                    .map(|&id| plain_suffix_start(&tokens[id as usize]))
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        t.subtree_end = (1..=n as u32).collect();
+        for node in (0..n).rev() {
+            for i in t.first_edge[node] as usize..t.first_edge[node + 1] as usize {
+                let c = t.edges[i].1 as usize;
+                t.subtree_end[node] = t.subtree_end[node].max(t.subtree_end[c]);
+                plain_from[node] = plain_from[node].max(plain_from[c]);
+            }
+        }
+        t.plain_below = (0..n).map(|node| plain_from[node] <= depth[node]).collect();
         t
     }
 
@@ -328,12 +361,12 @@ impl TokenTrie {
         Some(max)
     }
 
-    /// [`TokenTrie::mask`] without the slice shortcut: every token walked (the reference
-    /// the shortcut is tested against).
+    /// [`TokenTrie::mask`] without the slice and subtree shortcuts: every byte of every
+    /// token stepped (the reference the shortcuts are tested against).
     pub fn mask_walking_all(&self, m: &Matcher, allowed: &mut TokenMask) {
         allowed.reset(self.vocab_size);
         m.grammar()
-            .with_stepper(m, |st, s| self.walk(st, 0, s, allowed));
+            .with_stepper(m, |st, s| self.walk_all(st, 0, s, allowed));
     }
 
     /// Node `node`'s edges (byte, child), sorted by byte.
@@ -353,21 +386,71 @@ impl TokenTrie {
         &self.end_ids[self.first_end[node] as usize..self.first_end[node + 1] as usize]
     }
 
+    /// Allows the tokens below `node` that `s` takes. A subtree of plain string content
+    /// below a state that takes any such character and stays put is allowed whole.
     fn walk(&self, st: &mut Stepper, node: usize, s: Cursor, allowed: &mut TokenMask) {
         for &(byte, child) in self.edges_of(node) {
+            #[cfg(test)]
+            WALKED.with(|c| c.set(c.get() + 1));
             if let Some(t) = st.step(s, byte) {
                 let child = child as usize;
+                if self.plain_below[child] && st.loops_on_plain(t) {
+                    let ids = self.first_end[child] as usize
+                        ..self.first_end[self.subtree_end[child] as usize] as usize;
+                    self.end_ids[ids].iter().for_each(|&id| allowed.set(id));
+                    continue;
+                }
                 self.ends(child).iter().for_each(|&id| allowed.set(id));
                 self.walk(st, child, t, allowed);
             }
         }
     }
+
+    /// [`TokenTrie::walk`] stepping every byte of every token (no shortcut).
+    fn walk_all(&self, st: &mut Stepper, node: usize, s: Cursor, allowed: &mut TokenMask) {
+        for &(byte, child) in self.edges_of(node) {
+            #[cfg(test)]
+            WALKED_ALL.with(|c| c.set(c.get() + 1));
+            if let Some(t) = st.step(s, byte) {
+                let child = child as usize;
+                self.ends(child).iter().for_each(|&id| allowed.set(id));
+                self.walk_all(st, child, t, allowed);
+            }
+        }
+    }
+}
+
+/// Where the plain string content at the end of `token` begins: the smallest offset
+/// from which the rest is whole characters of `SLICE_CLASSES[0]` (the length when the
+/// last byte ends no such character).
+fn plain_suffix_start(token: &[u8]) -> usize {
+    let class = SLICE_CLASSES[0];
+    let mut p = token.len();
+    while p > 0 {
+        // The character ending at p: back over up to three continuation bytes.
+        let mut q = p - 1;
+        while q > 0 && p - q < 4 && (0x80..0xC0).contains(&token[q]) {
+            q -= 1;
+        }
+        let Ok(ch) = std::str::from_utf8(&token[q..p]) else {
+            break;
+        };
+        let mut cs = ch.chars();
+        match (cs.next(), cs.next()) {
+            (Some(c), None) if class.iter().any(|&(a, b)| a <= c as u32 && c as u32 <= b) => p = q,
+            _ => break,
+        }
+    }
+    p
 }
 
 #[cfg(test)]
 thread_local! {
     /// Masks that took the slice shortcut (tests check it is taken).
     static SLICED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Bytes the shortcut-taking walk stepped, and the reference walk (tests compare).
+    static WALKED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    static WALKED_ALL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 #[cfg(test)]
@@ -402,6 +485,159 @@ mod tests {
         assert_eq!(SLICED.with(|c| c.get()), 4);
     }
     use crate::{parse, Compiled};
+
+    /// A vocabulary like a real one in the parts that matter here: words with and without
+    /// a leading space, capitalised, with underscores and digits, some with a quote, a
+    /// backslash, a newline or a split multi-byte character.
+    fn wordy_vocab(n: usize) -> Vec<Vec<u8>> {
+        let mut x = 0x2545_f491_u64;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let mut v: Vec<Vec<u8>> = (0..128u8).map(|b| vec![b]).collect();
+        while v.len() < n {
+            let len = 1 + next(9) as usize;
+            let mut w: Vec<u8> = (0..len).map(|_| b'a' + next(26) as u8).collect();
+            match next(400) {
+                0 => w.insert(0, b' '),
+                1 => w[0] = w[0].to_ascii_uppercase(),
+                2 => w.push(b'_'),
+                3 => w.push(b'"'),
+                4 => w.extend_from_slice(b"\\n"),
+                5 => w.push(b'\n'),
+                6 => w.extend_from_slice("é".as_bytes()),
+                7 => w.push(0xC3),
+                8 => w.extend_from_slice(b"\":"),
+                _ => {}
+            }
+            v.push(w);
+        }
+        v
+    }
+
+    /// Bytes stepped by [`TokenTrie::mask`] and by walking every token from `prefix`,
+    /// after checking the two masks are equal.
+    fn walked(trie: &TokenTrie, g: &Compiled, prefix: &str) -> (usize, usize) {
+        let mut m = g.matcher();
+        assert!(m.accept_bytes(prefix.as_bytes()), "{prefix}");
+        let (mut fast, mut all) = (TokenMask::default(), TokenMask::default());
+        WALKED.with(|c| c.set(0));
+        WALKED_ALL.with(|c| c.set(0));
+        trie.mask(&m, &mut fast);
+        trie.mask_walking_all(&m, &mut all);
+        assert_eq!(fast, all, "{prefix}");
+        (WALKED.with(|c| c.get()), WALKED_ALL.with(|c| c.get()))
+    }
+
+    #[test]
+    fn a_key_of_a_large_open_object_is_masked_without_walking_the_vocabulary() {
+        // 40 declared names with many first letters, any other key allowed: the first
+        // letters of the names are stepped, every other token decided in bulk, and the
+        // subtrees below the names' letters are cut where they leave the names.
+        let vocab = wordy_vocab(20_000);
+        let trie = TokenTrie::new(&vocab);
+        let words = [
+            "id",
+            "node",
+            "url",
+            "html",
+            "name",
+            "full",
+            "owner",
+            "private",
+            "description",
+            "fork",
+            "created",
+            "updated",
+            "pushed",
+            "git",
+            "ssh",
+            "clone",
+            "svn",
+            "homepage",
+            "size",
+            "stars",
+            "watchers",
+            "language",
+            "has",
+            "issues",
+            "projects",
+            "wiki",
+            "pages",
+            "forks",
+            "mirror",
+            "archived",
+            "disabled",
+            "open",
+            "license",
+            "topics",
+            "visibility",
+            "default",
+            "branch",
+            "permissions",
+            "allow",
+            "merge",
+        ];
+        let props: serde_json::Map<String, serde_json::Value> = words
+            .iter()
+            .map(|w| (w.to_string(), serde_json::json!({"type": "integer"})))
+            .collect();
+        let schema = serde_json::json!({"type": "object", "properties": props});
+        let g = Compiled::new(&crate::compile_schema(&schema.to_string()).unwrap());
+        for prefix in ["{\"", "{\"id\":1,\"", "{\"fo"] {
+            let (n, all) = walked(&trie, &g, prefix);
+            assert!(
+                n * 8 < all,
+                "{prefix}: {n} bytes stepped, {all} walking all"
+            );
+        }
+        // Inside a string whose pattern is unanchored, every word stays alive.
+        let g = Compiled::new(
+            &crate::compile_schema(r#"{"type": "string", "pattern": "id"}"#).unwrap(),
+        );
+        for prefix in ["\"", "\"xy", "\"xid"] {
+            let (n, all) = walked(&trie, &g, prefix);
+            assert!(
+                n * 8 < all,
+                "{prefix}: {n} bytes stepped, {all} walking all"
+            );
+        }
+    }
+
+    #[test]
+    fn plain_suffixes_start_where_the_definition_says() {
+        let class = SLICE_CLASSES[0];
+        let plain = |b: &[u8]| {
+            std::str::from_utf8(b).is_ok_and(|s| {
+                s.chars()
+                    .all(|c| class.iter().any(|&(a, z)| a <= c as u32 && c as u32 <= z))
+            })
+        };
+        let vocab = wordy_vocab(3000);
+        let extra: Vec<Vec<u8>> = [
+            &b""[..],
+            b"\"",
+            b"a\"b",
+            "\u{1F600}x".as_bytes(),
+            "x\u{1F600}".as_bytes(),
+            &[0xF0, 0x9F, 0x98],
+            &[b'a', 0x98, 0x80],
+            &[0xE2, 0x82, 0xAC, b'\n'],
+            "\u{7f}".as_bytes(),
+        ]
+        .iter()
+        .map(|b| b.to_vec())
+        .collect();
+        for t in vocab.iter().chain(&extra) {
+            let p = plain_suffix_start(t);
+            // The smallest offset whose rest is whole plain characters.
+            let want = (0..=t.len()).find(|&q| plain(&t[q..])).unwrap();
+            assert_eq!(p, want, "{t:?}");
+        }
+    }
 
     #[test]
     fn masks_equal_feeding_each_token_alone() {

@@ -61,6 +61,27 @@ impl Elem {
             Elem::Rule(_) => false,
         }
     }
+
+    /// The ASCII characters it accepts, one bit each (what [`Elem::accepts`] says of
+    /// `0..128`, from one pass over the ranges).
+    fn ascii_set(&self) -> u128 {
+        match self {
+            Elem::Chars { negated, ranges } => {
+                let mut set = 0u128;
+                for &(a, b) in ranges.iter().take_while(|r| r.0 < 128) {
+                    let b = b.min(127);
+                    // Bits a..=b.
+                    set |= (u128::MAX >> (127 - b)) & (u128::MAX << a);
+                }
+                if *negated {
+                    !set
+                } else {
+                    set
+                }
+            }
+            Elem::Rule(_) => 0,
+        }
+    }
 }
 
 /// A compiled grammar: rules as alternatives of element sequences, the start state, and
@@ -183,6 +204,22 @@ struct Dfa {
     uniform: Vec<u32>,
     /// Bumped when the automaton is cleared, so matchers know their id is stale.
     epoch: u64,
+    /// Scratch of [`Stepper::advance`] and [`Stepper::expand`], kept for its memory.
+    seen: HashSet<u32, BuildFx>,
+    work: Vec<Work>,
+    tops: Vec<u32>,
+}
+
+/// An item of [`Stepper::expand`]'s work list.
+#[derive(Debug)]
+enum Work {
+    Frame(u32),
+    /// Alternatives `next..` of rule `sub`, on top of frame `base`.
+    Alts {
+        sub: u32,
+        next: u32,
+        base: u32,
+    },
 }
 
 impl Dfa {
@@ -210,7 +247,7 @@ impl Dfa {
             .collect();
         tops.sort_unstable();
         tops.dedup();
-        self.intern(tops)
+        self.intern(&tops)
     }
 
     /// The stacks of state `s`, bottom first, sorted.
@@ -232,7 +269,7 @@ impl Dfa {
         out
     }
 
-    fn intern(&mut self, d: Vec<u32>) -> u32 {
+    fn intern(&mut self, d: &[u32]) -> u32 {
         let h = {
             let mut f = Fx(0);
             d.hash(&mut f);
@@ -244,7 +281,7 @@ impl Dfa {
             }
         }
         let i = self.states.len() as u32;
-        self.states.push(d);
+        self.states.push(d.to_vec());
         self.index.entry(h).or_default().push(i);
         self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
         self.forced.push(UNKNOWN);
@@ -293,6 +330,12 @@ impl Stepper<'_> {
             DEAD => Uniform::Dead,
             t => Uniform::To(t),
         }
+    }
+
+    /// Whether `c` is a state (at a character boundary) where every character of plain
+    /// string content (`SLICE_CLASSES[0]`) is taken and leads back to the same state.
+    pub(crate) fn loops_on_plain(&mut self, c: Cursor) -> bool {
+        at_boundary(c) && matches!(self.uniform(c, 0), Uniform::To(t) if t == c)
     }
 
     /// Whether every string of slice class `k`'s characters stays alive from `s`: the
@@ -377,9 +420,9 @@ impl Stepper<'_> {
             };
             let size =
                 |v: &[(u32, u32)]| v.iter().map(|&(a, b)| (b - a + 1) as usize).sum::<usize>();
-            let small = if size(&inside) <= 8 {
+            let small = if size(&inside) <= 48 {
                 inside
-            } else if size(&outside) <= 8 {
+            } else if size(&outside) <= 48 {
                 outside
             } else {
                 ok = false;
@@ -395,7 +438,7 @@ impl Stepper<'_> {
         }
         xs.sort_unstable();
         xs.dedup();
-        let r = if ok && !xs.is_empty() && xs.len() <= 16 {
+        let r = if ok && !xs.is_empty() && xs.len() <= 48 {
             let rep = (0x20u32..0x7F).find(|c| {
                 !xs.contains(&(*c as u8)) && class.iter().any(|&(a, b)| a <= *c && *c <= b)
             });
@@ -460,10 +503,10 @@ impl Stepper<'_> {
         let mut sigs = [0u64; 128];
         for (k, &top) in tops.iter().enumerate() {
             if let Some(e) = self.g.top_elem(&self.dfa.frames, top) {
-                for (c, sig) in sigs.iter_mut().enumerate() {
-                    if e.accepts(c as u32) {
-                        *sig |= 1 << k;
-                    }
+                let mut set = e.ascii_set();
+                while set != 0 {
+                    sigs[set.trailing_zeros() as usize] |= 1 << k;
+                    set &= set - 1;
                 }
             }
         }
@@ -485,15 +528,20 @@ impl Stepper<'_> {
     }
 
     fn compute(&mut self, s: u32, c: u32) -> u32 {
-        match self.advance(s, c) {
-            Some(tops) => self.dfa.intern(tops),
-            None => DEAD,
-        }
+        let mut tops = std::mem::take(&mut self.dfa.tops);
+        let t = if self.advance(s, c, &mut tops) {
+            self.dfa.intern(&tops)
+        } else {
+            DEAD
+        };
+        self.dfa.tops = tops;
+        t
     }
 
-    /// The stack tops after character `c` from state `s`, or `None` if no stack takes it.
-    fn advance(&mut self, s: u32, c: u32) -> Option<Vec<u32>> {
-        let mut out = Vec::new();
+    /// The stack tops after character `c` from state `s` into `out` (cleared first); false
+    /// if no stack takes it.
+    fn advance(&mut self, s: u32, c: u32, out: &mut Vec<u32>) -> bool {
+        out.clear();
         let n = self.dfa.states[s as usize].len();
         for k in 0..n {
             let top = self.dfa.states[s as usize][k];
@@ -503,17 +551,20 @@ impl Stepper<'_> {
             if e.accepts(c) {
                 let ((r, a, i), parent, _) = self.dfa.frames[top as usize];
                 let f = self.dfa.frame((r, a, i + 1), parent);
-                let mut seen = HashSet::default();
-                self.expand(f, &mut out, &mut seen);
+                // Each top's expansion starts with nothing seen (the set's memory reused).
+                let mut seen = std::mem::take(&mut self.dfa.seen);
+                seen.clear();
+                self.expand(f, out, &mut seen);
+                self.dfa.seen = seen;
             }
         }
         if out.is_empty() {
-            return None;
+            return false;
         }
         out.sort_unstable();
         out.dedup();
         out.truncate(MAX_STACKS);
-        Some(out)
+        true
     }
 
     /// Normalises the stack topped by frame `f` (popping finished positions, expanding
@@ -524,17 +575,10 @@ impl Stepper<'_> {
     /// its own work list (no recursion: a long chain of references cannot overflow the
     /// thread's stack), in the order of a depth-first recursion.
     fn expand(&mut self, f: u32, out: &mut Vec<u32>, seen: &mut HashSet<u32, BuildFx>) {
-        enum Work {
-            Frame(u32),
-            /// Alternatives `next..` of rule `sub`, on top of frame `base`.
-            Alts {
-                sub: u32,
-                next: u32,
-                base: u32,
-            },
-        }
         let g = self.g;
-        let mut work = vec![Work::Frame(f)];
+        let mut work = std::mem::take(&mut self.dfa.work);
+        work.clear();
+        work.push(Work::Frame(f));
         while let Some(item) = work.pop() {
             let f = match item {
                 Work::Frame(f) => f,
@@ -588,6 +632,7 @@ impl Stepper<'_> {
                 }
             }
         }
+        self.dfa.work = work;
     }
 
     /// The state a cursor is in (at its last character boundary).
@@ -717,7 +762,7 @@ impl Compiled {
         }
         tops.sort_unstable();
         tops.dedup();
-        let id = dfa.intern(tops);
+        let id = dfa.intern(&tops);
         c.start = StateData {
             stacks: dfa.materialize(id),
             pending: Vec::new(),
@@ -1157,6 +1202,32 @@ impl<'g> Matcher<'g> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The ASCII set of a character class, built from its ranges, says what `accepts`
+        /// says of each ASCII character, negated or not.
+        #[test]
+        fn ascii_sets_agree_with_accepts(
+            spans in proptest::collection::vec((0u32..300, 0u32..40), 0..8),
+            negated: bool,
+        ) {
+            let mut ranges: Vec<(u32, u32)> = Vec::new();
+            let mut sorted = spans.clone();
+            sorted.sort_unstable();
+            for (a, len) in sorted {
+                let b = a + len;
+                match ranges.last_mut() {
+                    Some(last) if a <= last.1 + 1 => last.1 = last.1.max(b),
+                    _ => ranges.push((a, b)),
+                }
+            }
+            let e = Elem::Chars { negated, ranges };
+            let set = e.ascii_set();
+            for c in 0..128u32 {
+                proptest::prop_assert_eq!(set >> c & 1 == 1, e.accepts(c), "{:?} at {}", e, c);
+            }
+        }
+    }
     use crate::gbnf::parse;
 
     fn g(src: &str) -> Compiled {
