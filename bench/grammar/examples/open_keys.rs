@@ -70,7 +70,11 @@ fn main() {
         .iter()
         .map(|k| (k.clone(), serde_json::json!({"type": "string"})))
         .collect();
-    let schema = serde_json::json!({"type": "object", "properties": props}).to_string();
+    // SCHEMA=FILE: that schema instead (with KEYSTART, its first key's mask after `{"`).
+    let schema = match std::env::var("SCHEMA") {
+        Ok(f) => std::fs::read_to_string(f).expect("SCHEMA file"),
+        Err(_) => serde_json::json!({"type": "object", "properties": props}).to_string(),
+    };
     let instance: serde_json::Map<String, serde_json::Value> = names
         .iter()
         .step_by(5)
