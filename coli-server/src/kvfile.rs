@@ -1,6 +1,6 @@
 //! Slot files: a slot's tokens and KV cache saved on shutdown and restored on start.
 //!
-//! Layout: magic `COLIKV02`, the model's fingerprint (u64), the payload's length (u64),
+//! Layout: magic `COLIKV03`, the model's fingerprint (u64), the payload's length (u64),
 //! the payload ([`coli_models::Slot::save_state`]), then an FNV-1a 64 checksum of the
 //! payload. Written to a temporary file in the same directory, synced, then renamed over
 //! the old one: a crash leaves the old file or the new one, never half of one. A file that
@@ -14,7 +14,8 @@ use std::path::Path;
 use coli_models::Slot;
 
 /// Version 2: DeepSeek-V4 layers write their rings and entries, not rows per position.
-const MAGIC: &[u8; 8] = b"COLIKV02";
+/// Version 3: so do gpt-oss' sliding-window layers (their window's keys and values).
+const MAGIC: &[u8; 8] = b"COLIKV03";
 
 /// FNV-1a, 64 bits.
 #[derive(Clone, Copy)]
