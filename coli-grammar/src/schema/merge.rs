@@ -146,14 +146,14 @@ fn merge_keyword(
             };
             let (a, b) = (set(prev), set(v));
             let has = |s: &[Value], t: &str| s.contains(&Value::from(t));
+            // Integers are numbers: number and integer on either side meet in integer,
+            // and number stays where both sides have it.
             let mut both: Vec<Value> = a.iter().filter(|t| b.contains(t)).cloned().collect();
-            if (has(&a, "integer") && has(&b, "number"))
-                || (has(&a, "number") && has(&b, "integer"))
+            if ((has(&a, "integer") && has(&b, "number"))
+                || (has(&a, "number") && has(&b, "integer")))
+                && !both.contains(&Value::from("integer"))
             {
-                if !both.contains(&Value::from("integer")) {
-                    both.push(Value::from("integer"));
-                }
-                both.retain(|t| t != "number");
+                both.push(Value::from("integer"));
             }
             if both.is_empty() {
                 return empty(path, "type", "allOf parts have no type in common");

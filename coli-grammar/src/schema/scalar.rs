@@ -65,6 +65,9 @@ impl Conv<'_> {
                     let name = format!("format-{f}");
                     if !self.rules.iter().any(|r| r.0 == name) {
                         self.push_rule(name.clone(), g.to_string());
+                        for (helper, body) in format_helpers(f) {
+                            self.push_rule(helper, body);
+                        }
                     }
                     content = Some(name);
                 }
@@ -284,11 +287,12 @@ fn format_rule(f: &str) -> Option<&'static str> {
         "uuid" => {
             r#"[0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12}"#
         }
-        // A dot-atom local part of RFC 5322 characters (at most 61), and a host name of up
-        // to four labels of at most 63 (no "--" at the third and fourth characters: that
-        // would be an IDNA label) ending in an alphabetic top-level label.
+        // A dot-atom local part of RFC 5322's ASCII characters, at most 64 of them
+        // (`format-email-local-K`: see `format_helpers`), and a host name of up to four
+        // labels of at most 63 (no "--" at the third and fourth characters: that would be
+        // an IDNA label) ending in an alphabetic top-level label.
         "email" => concat!(
-            r#"[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]{1,30} ( "." [a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]{1,30} )? "@" "#,
+            r#"[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-] format-email-local-63 "@" "#,
             r#"( [a-zA-Z0-9] ( [a-zA-Z0-9] | [a-zA-Z0-9-] [a-zA-Z0-9] | [a-zA-Z0-9-] [a-zA-Z0-9-] [a-zA-Z0-9] "#,
             r#"| [a-zA-Z0-9-] ( [a-zA-Z0-9] [a-zA-Z0-9-] | "-" [a-zA-Z0-9] ) [a-zA-Z0-9-]{0,58} [a-zA-Z0-9] )? "." ){1,4} "#,
             r#"[a-zA-Z]{2,24}"#
@@ -312,6 +316,31 @@ fn format_rule(f: &str) -> Option<&'static str> {
         ),
         _ => return None,
     })
+}
+
+/// The rules a format's rule refers to: for `email`, `format-email-local-K`, what may
+/// follow a local part's character when K more may come (RFC 5321's 64 in all): another
+/// character, or a dot and a character (atoms never empty, never two dots in a row).
+fn format_helpers(f: &str) -> Vec<(String, String)> {
+    if f != "email" {
+        return Vec::new();
+    }
+    const ATEXT: &str = "[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]";
+    let name = |k: usize| format!("format-email-local-{k}");
+    (0..64)
+        .map(|k| {
+            let body = match k {
+                0 => "\"\"".to_string(),
+                1 => format!("( {ATEXT} {} )?", name(0)),
+                _ => format!(
+                    "( {ATEXT} {} | \".\" {ATEXT} {} )?",
+                    name(k - 1),
+                    name(k - 2)
+                ),
+            };
+            (name(k), body)
+        })
+        .collect()
 }
 
 /// GBNF for the decimal digits of the integers in `lo..=hi`, both with `n` digits.

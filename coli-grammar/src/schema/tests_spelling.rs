@@ -149,7 +149,7 @@ proptest::proptest! {
     /// the third and fourth places are IDNA labels and were once taken unchecked).
     #[test]
     fn email_format_takes_only_emails(
-        s in "[a-z'=&.{}+-]{0,4}@([a-z0-9-]{1,6}\\.){1,3}[a-z-]{1,4}"
+        s in "[a-z'=&.{}+-]{0,4}(\\.?[a-z}F9{]{1,20}){0,4}@([a-z0-9-]{1,6}\\.){1,3}[a-z-]{1,4}"
     ) {
         format_takes_only("email", &s)?;
     }
@@ -187,6 +187,19 @@ fn email_format_takes_real_addresses() {
         ("K'OsR@s2vnM.ZorRp.jXe.q.xEROX", true),
         ("TB=o@m.S.fVzjZWgjIM3.sOftbank", true),
         ("first.last+tag@mail.example.co.uk", true),
+        ("first.middle.last@example.com", true),
+        ("F9}SN8{x.y.z.w@example.org", true),
+        // 64 characters in the local part, then 65.
+        (
+            "abcdefghij.abcdefghij.abcdefghij.abcdefghij.abcdefghij.abcdefghi@x.io",
+            true,
+        ),
+        (
+            "abcdefghij.abcdefghij.abcdefghij.abcdefghij.abcdefghij.abcdefghij@x.io",
+            false,
+        ),
+        ("a.@x.com", false),
+        (".a@x.com", false),
         ("a@ab--c.com", false),
         ("a@-a.com", false),
         ("a..b@x.com", false),
@@ -283,4 +296,38 @@ fn bounded_numbers_with_negative_exponents() {
         }
     }
     assert!(taken > 60, "{taken}");
+}
+
+/// Type lists meet as sets where integers are numbers: `number` on both sides stays
+/// `number` (it was narrowed to `integer`, so `42.5` was refused), `number` against
+/// `integer` is `integer`.
+#[test]
+fn type_lists_meet_with_integers_inside_numbers() {
+    let cases = [
+        json!({"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "integer"}],
+               "type": ["null", "string", "number", "integer"]}),
+        json!({"allOf": [{"type": ["number", "string"]}, {"type": ["integer", "number"]}]}),
+        json!({"allOf": [{"type": ["number", "null"]}, {"type": ["integer", "null"]}]}),
+        json!({"allOf": [{"type": "integer"}, {"type": ["number", "string"]}]}),
+    ];
+    let texts = [
+        "42.5",
+        "1.1125369292536007e-308",
+        "7",
+        "-3.0",
+        "1e3",
+        "\"x\"",
+        "null",
+        "true",
+    ];
+    for schema in cases {
+        let c = compiled(&schema);
+        for t in texts {
+            assert_eq!(
+                Matcher::matches(&c, t),
+                reference(&schema, t),
+                "{schema} on {t}"
+            );
+        }
+    }
 }
