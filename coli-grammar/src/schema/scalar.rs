@@ -289,12 +289,13 @@ fn format_rule(f: &str) -> Option<&'static str> {
         }
         // A dot-atom local part of RFC 5322's ASCII characters, at most 64 of them
         // (`format-email-local-K`: see `format_helpers`), and a host name of up to four
-        // labels of at most 63 (no "--" at the third and fourth characters: that would be
-        // an IDNA label) ending in an alphabetic top-level label.
+        // labels of at most 56 (no "--" at the third and fourth characters: that would be
+        // an IDNA label) ending in an alphabetic top-level label of at most 24: 252
+        // characters at most, within a domain's 254 (four labels of 63 would pass it).
         "email" => concat!(
             r#"[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-] format-email-local-63 "@" "#,
             r#"( [a-zA-Z0-9] ( [a-zA-Z0-9] | [a-zA-Z0-9-] [a-zA-Z0-9] | [a-zA-Z0-9-] [a-zA-Z0-9-] [a-zA-Z0-9] "#,
-            r#"| [a-zA-Z0-9-] ( [a-zA-Z0-9] [a-zA-Z0-9-] | "-" [a-zA-Z0-9] ) [a-zA-Z0-9-]{0,58} [a-zA-Z0-9] )? "." ){1,4} "#,
+            r#"| [a-zA-Z0-9-] ( [a-zA-Z0-9] [a-zA-Z0-9-] | "-" [a-zA-Z0-9] ) [a-zA-Z0-9-]{0,51} [a-zA-Z0-9] )? "." ){1,4} "#,
             r#"[a-zA-Z]{2,24}"#
         ),
         "ipv4" => {

@@ -178,10 +178,18 @@ fn uri_format_takes_real_uris() {
     }
 }
 
+/// An address with a local part of `local` characters and a domain of four labels of
+/// `label` characters and a top-level label of `tld`.
+fn long_email(local: usize, label: usize, tld: usize) -> String {
+    let l = "x".repeat(label);
+    format!("{}@{l}.{l}.{l}.{l}.{}", "a".repeat(local), "c".repeat(tld))
+}
+
 #[test]
 fn email_format_takes_real_addresses() {
     let schema = json!({"type": "string", "format": "email"});
     let c = compiled(&schema);
+    let (widest, too_wide) = (long_email(64, 56, 24), long_email(64, 63, 24));
     for (e, ok) in [
         ("octocat@github.com", true),
         ("K'OsR@s2vnM.ZorRp.jXe.q.xEROX", true),
@@ -200,6 +208,11 @@ fn email_format_takes_real_addresses() {
         ),
         ("a.@x.com", false),
         (".a@x.com", false),
+        // A domain of 252 characters (four labels of 56 and a top-level label of 24),
+        // behind a local part of 64; then one of 280 (labels of 63), past the 254 a
+        // domain may have.
+        (widest.as_str(), true),
+        (too_wide.as_str(), false),
         ("a@ab--c.com", false),
         ("a@-a.com", false),
         ("a..b@x.com", false),
