@@ -2,4 +2,5 @@
 
 mod analyze;
 mod common;
+mod fuzz_seeded;
 mod plan;

@@ -3,7 +3,7 @@
 //! `.coli_usage` history (`coli_models::experts::usage::parse`). Each runs the committed corpus
 //! (`fuzz/seeds/<target>/`) and a fixed number of seeded mutations through the same
 //! function the fuzz target calls; a panic fails the test. (The `.coli_analysis.json`
-//! target goes through coli-plan, which this crate does not depend on: fuzz only.)
+//! target goes through coli-plan: its stable run is `coli-plan/tests/suite/fuzz_seeded.rs`.)
 //!
 //! `cargo test --release -p coli-tests --test suite fuzz_seeded -- --ignored` rewrites the seeds.
 
