@@ -180,3 +180,108 @@ fn bounded_and_unbounded_repetitions() {
         assert_eq!(Matcher::matches(&c, t), want, "{t}");
     }
 }
+
+/// The bytes a matcher must write next, checked against the grammar's text by hand: a
+/// literal is forced up to a choice, a class of more than one character, completion or
+/// `max`; a character is never cut in half; nothing is forced inside a split character.
+#[test]
+fn forced_bytes_are_exactly_the_literal_up_to_the_first_choice() {
+    let c = g(r#"root ::= "abc" [xy] "d""#);
+    let m = c.matcher();
+    assert_eq!(m.forced_bytes(10), b"abc");
+    assert_eq!(m.forced_bytes(2), b"ab");
+    assert_eq!(m.forced_bytes(0), b"");
+    let mut m = c.matcher();
+    assert!(m.accept_bytes(b"abcx"));
+    assert_eq!(m.forced_bytes(10), b"d");
+    assert!(m.accept_bytes(b"d"));
+    assert_eq!(m.forced_bytes(10), b"", "complete with nothing after");
+
+    // A shared prefix of two alternatives is forced; the choice after it is not.
+    assert_eq!(g(r#"root ::= "ab" | "ac""#).matcher().forced_bytes(8), b"a");
+    // A range of three characters is a choice even when it starts the text.
+    assert_eq!(g(r#"root ::= [a-c] "d""#).matcher().forced_bytes(8), b"");
+    // Text that is already complete may end here: ending is a choice.
+    let c = g(r#"root ::= "a" "b"?"#);
+    let mut m = c.matcher();
+    assert!(m.accept_bytes(b"a"));
+    assert_eq!(m.forced_bytes(8), b"");
+
+    // "é" is two bytes: a budget of one byte forces nothing, two force it whole.
+    let c = g(r#"root ::= "éz""#);
+    let m = c.matcher();
+    assert_eq!(m.forced_bytes(1), b"");
+    assert_eq!(m.forced_bytes(2), "é".as_bytes());
+    assert_eq!(m.forced_bytes(3), "éz".as_bytes());
+    let mut m = c.matcher();
+    assert!(m.accept_bytes(&"é".as_bytes()[..1]));
+    assert_eq!(m.forced_bytes(8), b"", "inside a split character");
+    // Forcing changes nothing: the same matcher still takes the whole text.
+    let m2 = c.matcher();
+    let _ = m2.forced_bytes(3);
+    assert!(Matcher::matches(&c, "éz"));
+    let mut m3 = c.matcher();
+    assert!(m3.accept_bytes("éz".as_bytes()) && m3.is_complete());
+}
+
+/// `state()` is the parse stacks and the pending bytes: equal for the same text, different
+/// for different text, the first byte of a split character pending, an empty stack once
+/// the text is complete.
+#[test]
+fn state_shows_the_stacks_and_the_pending_bytes() {
+    let c = g(r#"root ::= "a" ("b" | "é")"#);
+    let fresh = c.matcher();
+    let (stacks, pending) = fresh.state();
+    assert!(!stacks.is_empty() && stacks.iter().all(|s| !s.is_empty()));
+    assert!(pending.is_empty());
+
+    let mut a1 = c.matcher();
+    let mut a2 = c.matcher();
+    assert!(a1.accept_bytes(b"a") && a2.accept_bytes(b"a"));
+    assert_eq!(a1.state(), a2.state());
+    assert_ne!(a1.state(), fresh.state());
+
+    assert!(a1.accept_bytes(&"é".as_bytes()[..1]));
+    assert_eq!(a1.state().1, &"é".as_bytes()[..1]);
+    assert_ne!(a1.state(), a2.state());
+
+    assert!(a2.accept_bytes(b"b"));
+    let (stacks, pending) = a2.state();
+    assert!(pending.is_empty());
+    assert!(stacks.iter().any(Vec::is_empty), "complete: an empty stack");
+}
+
+/// The automaton's size counts what was built: the start state only, until characters are
+/// stepped; then one state per new parse position, a state's whole ASCII row of 128
+/// transitions at its first ASCII step (the row is filled at once), one byte transition
+/// into `é`'s first byte (a checked unfinished character), and one map entry for `é`.
+#[test]
+fn the_automaton_size_counts_states_transitions_and_split_characters() {
+    let c = g(r#"root ::= "aéb""#);
+    assert_eq!(c.automaton_size(), (1, 0, 0));
+    let mut m = c.matcher();
+    assert!(m.accept_bytes(b"a"));
+    assert_eq!(c.automaton_size(), (2, 128, 0));
+    assert!(m.accept_bytes(&"é".as_bytes()[..1]));
+    assert_eq!(c.automaton_size(), (2, 129, 1));
+    assert!(m.accept_bytes(&"é".as_bytes()[1..]));
+    assert_eq!(c.automaton_size(), (3, 130, 1));
+    // The same text again walks what was built: nothing new.
+    let mut m = c.matcher();
+    assert!(m.accept_bytes("aé".as_bytes()));
+    assert_eq!(c.automaton_size(), (3, 130, 1));
+}
+
+/// A grammar compiled from a JSON Schema carries the schema and its notes; one written in
+/// GBNF carries none.
+#[test]
+fn a_schema_grammar_carries_its_schema() {
+    let text = r#"{"type":"object","properties":{"n":{"type":"integer"}},"x-vendor":1}"#;
+    let c = Compiled::new(&crate::schema::compile_schema(text).unwrap());
+    let info = c.schema().expect("compiled from a schema");
+    let v: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_eq!(info.schema(), &v);
+    assert_eq!(info.warnings().len(), 1);
+    assert_eq!(info.warnings()[0].keyword, "x-vendor");
+    assert!(g(r#"root ::= "a""#).schema().is_none());
+}
