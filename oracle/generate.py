@@ -1550,6 +1550,28 @@ def deepseek_v4():
                               "compress": {"rope_type": "default", "rope_theta": 160000.0,
                                            "partial_rotary_factor": 0.25}},
              max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    # softmax scoring. transformers 5.24's config documents `scoring_func` "softmax" but ACT2FN has no
+    # such entry, so the router cannot be built; the generator registers it (softmax over the experts, the
+    # last dimension) and everything else is transformers' router (top-k of scores + bias, the chosen
+    # scores over their sum, times routed_scaling_factor). Hash then learned routing, sliding then CSA.
+    from transformers.activations import ACT2FN
+    if "softmax" not in ACT2FN:
+        class ExpertSoftmax(torch.nn.Module):
+            def forward(self, x):
+                return x.softmax(dim=-1)
+        ACT2FN["softmax"] = ExpertSoftmax
+    build_v4("deepseek_v4_softmax", 191, vocab_size=256, hidden_size=32, num_hidden_layers=3,
+             layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
+             mlp_layer_types=["hash_moe", "moe", "moe"],
+             compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+             num_attention_heads=4, head_dim=32, partial_rotary_factor=0.25, q_lora_rank=32, o_groups=2,
+             o_lora_rank=16, index_n_heads=8, index_head_dim=16, index_topk=3, n_routed_experts=8,
+             num_experts_per_tok=3, moe_intermediate_size=16, sliding_window=6, scoring_func="softmax",
+             routed_scaling_factor=2.0, swiglu_limit=1.5, hc_mult=2, hc_sinkhorn_iters=20,
+             rope_parameters={"main": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+                              "compress": {"rope_type": "default", "rope_theta": 160000.0,
+                                           "partial_rotary_factor": 0.25}},
+             max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     # As DeepSeek ships V4: the hub's tensor names and config keys -- compress_ratios per layer (+ the
     # MTP layer's trailing 0, as the release lists it) with compress_rate_hca folding 128 down to 8,
     # num_hash_layers, qk_rope_head_dim, YaRN `rope_scaling` (the compress rope only), sigmoid routing

@@ -48,6 +48,7 @@ pub const TINY_FIXTURES: &[&str] = &[
     "deepseek_v4_hash_csa",
     "deepseek_v4_hub_yarn",
     "deepseek_v4_fp4_release",
+    "deepseek_v4_softmax",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.
