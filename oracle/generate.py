@@ -940,6 +940,13 @@ def tiny5():
           rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
                            "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 64},
           **oss)
+    # gpt-oss as transformers saves it unquantized (a BF16 re-upload, or the release loaded with
+    # Mxfp4Config(dequantize=True) and saved): fused `experts.gate_up_proj` [E, hidden, 2*inter] (gate
+    # and up interleaved along the last axis) and `experts.down_proj` [E, inter, hidden], each expert's
+    # matrix input-major ([in, out]), the transpose of every other layout coli reads.
+    build("gpt_oss_bf16_fused", "gpt_oss", 93, num_hidden_layers=2, num_experts_per_tok=2, sliding_window=8,
+          check_routes=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+          **{k: v for k, v in oss.items() if k != "mxfp4"})
     # A swiglu_limit the activations cross (both clamps act), top-3, every layer sliding.
     build("gpt_oss_clamp_top3", "gpt_oss", 92, num_hidden_layers=3, num_experts_per_tok=3, sliding_window=5,
           swiglu_limit=0.5, layer_types=["sliding_attention"] * 3,
@@ -1553,7 +1560,7 @@ def deepseek_v4():
     # softmax scoring. transformers 5.24's config documents `scoring_func` "softmax" but ACT2FN has no
     # such entry, so the router cannot be built; the generator registers it (softmax over the experts, the
     # last dimension) and everything else is transformers' router (top-k of scores + bias, the chosen
-    # scores over their sum, times routed_scaling_factor). Hash then learned routing, sliding then CSA.
+    # scores over their sum, times routed_scaling_factor). Hash then learned routing; sliding, CSA, HCA.
     from transformers.activations import ACT2FN
     if "softmax" not in ACT2FN:
         class ExpertSoftmax(torch.nn.Module):

@@ -192,7 +192,7 @@ pub(crate) fn convert(a: ConvertArgs) -> Outcome {
     .map_err(|e| e.to_string())?;
     if let Some(first) = report.fused_experts_kept.first() {
         eprintln!(
-            "note: {} tensors hold every expert of a layer in MXFP4 (e.g. {first}); they are kept as stored, --experts {} applies to per-expert tensors only",
+            "note: {} tensors hold every expert of a layer (e.g. {first}); they are kept as stored, --experts {} applies to per-expert tensors only",
             report.fused_experts_kept.len(),
             a.experts
         );

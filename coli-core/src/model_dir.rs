@@ -116,6 +116,33 @@ impl TensorView {
         Ok(v)
     }
 
+    /// Whether the bytes are a resident copy (see [`make_resident`]) rather than the shard's
+    /// mapping.
+    pub fn is_resident(&self) -> bool {
+        self.resident
+    }
+
+    /// A resident view holding `bytes` (as many as this view's) in place of its own: the same
+    /// name, dtype, shape and place in the file, for a copy that was rearranged (a matrix
+    /// stored input-major, transposed once in memory).
+    pub fn resident_with(&self, bytes: &[u8]) -> Result<TensorView> {
+        assert_eq!(
+            bytes.len(),
+            self.range.len(),
+            "{}: replacement bytes",
+            self.name
+        );
+        let fail = |e: std::io::Error| CoreError::io("<resident weights>", e);
+        let mut map = memmap2::MmapMut::map_anon(bytes.len().max(1)).map_err(fail)?;
+        map[..bytes.len()].copy_from_slice(bytes);
+        Ok(TensorView {
+            map: Arc::new(map.make_read_only().map_err(fail)?),
+            range: 0..bytes.len(),
+            resident: true,
+            ..self.clone()
+        })
+    }
+
     /// Number of elements.
     pub fn numel(&self) -> usize {
         self.shape.iter().product()

@@ -222,6 +222,18 @@ fn split_fused_name(view: &str) -> Option<(String, String)> {
         .then(|| (base.to_string(), format!("{prefix}.{e}.{proj}.weight")))
 }
 
+/// The per-expert name of an input-major expert matrix (gpt-oss unquantized, as transformers
+/// fuses it): view `{p}.experts.gate_up_proj[e]` is written `[out, in]` as
+/// `{p}.experts.{e}.gate_up_proj.weight`, `down_proj[e]` as `{p}.experts.{e}.down_proj.weight`
+/// (the biases stay fused). `None` for any other name.
+fn split_transposed_name(view: &str) -> Option<(String, String)> {
+    let (base, e) = view.strip_suffix(']')?.rsplit_once('[')?;
+    let e: usize = e.parse().ok()?;
+    let (prefix, tensor) = base.rsplit_once('.')?;
+    (prefix.ends_with(".experts") && matches!(tensor, "gate_up_proj" | "down_proj"))
+        .then(|| (base.to_string(), format!("{prefix}.{e}.{tensor}.weight")))
+}
+
 /// What a finished conversion wants the user to know.
 #[derive(Clone, Debug, Default)]
 pub struct ConvertReport {
@@ -309,10 +321,11 @@ fn plan_units(dir: &ModelDir, opts: &ConvertOptions) -> Result<ConvertPlan> {
         let l = Linear::load(dir, &parent, rows, cols)?;
         role_of.insert(parent, (role, l));
     }
-    // An expert read as slice `[e]` of a tensor holding the whole layer's experts.
+    // An expert read as slice `[e]` of a tensor holding the whole layer's experts (but
+    // input-major ones, which are written per expert below).
     let mut fused_kept: Vec<String> = role_of
         .iter()
-        .filter(|(_, (role, _))| matches!(role, LinearRole::Expert { .. }))
+        .filter(|(_, (role, l))| matches!(role, LinearRole::Expert { .. }) && !l.is_transposed())
         .filter_map(|(name, _)| name.strip_suffix(']')?.rsplit_once('[').map(|(t, _)| t))
         .filter(|t| dir.has(t))
         .map(str::to_string)
@@ -322,8 +335,13 @@ fn plan_units(dir: &ModelDir, opts: &ConvertOptions) -> Result<ConvertPlan> {
     let mut dropped: Vec<String> = Vec::new();
     // Unquantized fused experts are written per expert, converted like any other expert.
     let mut renamed = HashMap::new();
-    for (name, (role, _)) in &role_of {
-        if let (LinearRole::Expert { .. }, Some((fused, out))) = (role, split_fused_name(name)) {
+    for (name, (role, l)) in &role_of {
+        let split = if l.is_transposed() {
+            split_transposed_name(name)
+        } else {
+            split_fused_name(name)
+        };
+        if let (LinearRole::Expert { .. }, Some((fused, out))) = (role, split) {
             dropped.push(fused);
             renamed.insert(name.clone(), out);
         }
@@ -515,7 +533,7 @@ fn produce(
             let names = converted_specs(plan.out_name(name), l.rows, l.cols, t)
                 .into_iter()
                 .map(|(n, _)| n);
-            names.zip(convert_matrix(&l.mat(), t)).collect()
+            names.zip(l.with_mat(|m| convert_matrix(&m, t))).collect()
         }
     })
 }

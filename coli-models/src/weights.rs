@@ -40,6 +40,10 @@ pub struct Linear {
     pub cols: usize,
     bias: Option<Vec<f32>>,
     scales: Option<Scales>,
+    /// The checkpoint stores the matrix input-major, `[cols, rows]` (gpt-oss' unquantized
+    /// fused experts). Its kernel matrix is the transpose: made once in a resident copy or
+    /// by the expert store as it reads, else for each use ([`Linear::with_mat`]).
+    transposed: bool,
 }
 
 /// Block scales of a quantized weight, read once at load time (small; shared by clones
@@ -181,6 +185,7 @@ impl Linear {
             cols,
             bias: None,
             scales,
+            transposed: false,
         })
     }
 
@@ -242,6 +247,7 @@ impl Linear {
                 block_rows: 1,
                 block_cols: BLOCK,
             }),
+            transposed: false,
         })
     }
 
@@ -304,6 +310,7 @@ impl Linear {
                 block_rows: 1,
                 block_cols: BLOCK,
             }),
+            transposed: false,
         })
     }
 
@@ -342,6 +349,46 @@ impl Linear {
             cols,
             bias: None,
             scales: None,
+            transposed: false,
+        })
+    }
+
+    /// Expert `e` of `name` `[n_experts, cols, rows]`: each expert's matrix stored
+    /// input-major, as transformers keeps gpt-oss' unquantized experts (`gate_up_proj`
+    /// `[E, hidden, 2 * inter]`, `down_proj` `[E, inter, hidden]`), with its bias
+    /// `{name}_bias` `[n_experts, rows]`. BF16, F16 or F32. The kernels see the transpose
+    /// (see the `transposed` field).
+    pub fn load_transposed_expert(
+        dir: &ModelDir,
+        name: &str,
+        e: usize,
+        n_experts: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Linear> {
+        let t = dir.tensor_shaped(name, &[n_experts, cols, rows])?;
+        let dtype = t.dtype()?;
+        if !matches!(dtype, DType::BF16 | DType::F16 | DType::F32) {
+            return Err(crate::error::ModelError::BadTensor {
+                name: name.to_string(),
+                msg: format!(
+                    "unquantized fused experts are read as BF16, F16 or F32; found {}",
+                    t.dtype_name
+                ),
+            });
+        }
+        let bias = dir
+            .tensor_shaped(&format!("{name}_bias"), &[n_experts, rows])?
+            .outer(e)?
+            .to_f32_vec()?;
+        Ok(Linear {
+            view: t.outer(e)?,
+            fmt: float_format(dtype),
+            rows,
+            cols,
+            bias: Some(bias),
+            scales: None,
+            transposed: true,
         })
     }
 
@@ -371,6 +418,7 @@ impl Linear {
                         .scales
                         .as_ref()
                         .map(|s| s.row_range(g * rows, rows, cols)),
+                    transposed: false,
                 })
             })
             .collect()
@@ -379,6 +427,13 @@ impl Linear {
     /// The bias, if the layer has one.
     pub fn bias(&self) -> Option<&[f32]> {
         self.bias.as_deref()
+    }
+
+    /// The layer with bias `b` (`rows` values).
+    pub fn with_bias(mut self, b: Vec<f32>) -> Linear {
+        assert_eq!(b.len(), self.rows, "{}: bias length", self.view.name);
+        self.bias = Some(b);
+        self
     }
 
     /// Loads `{prefix}.weight` and, if `bias`, `{prefix}.bias`.
@@ -448,18 +503,62 @@ impl Linear {
         self.view = view;
     }
 
-    /// The weight as a kernel matrix.
+    /// Points the layer at a resident copy of its bytes ([`coli_core::make_resident`]); a
+    /// matrix stored input-major is transposed once here, into a resident copy of its own.
+    pub fn set_resident_view(&mut self, view: TensorView) -> Result<()> {
+        if !self.transposed {
+            self.set_view(view);
+            return Ok(());
+        }
+        let t = transposed_bytes(view.bytes(), self.cols, self.rows, self.fmt.size());
+        self.set_view(view.resident_with(&t)?);
+        Ok(())
+    }
+
+    /// Whether the checkpoint stores this matrix input-major (`[cols, rows]`); the expert
+    /// store then transposes it as it reads.
+    pub fn is_transposed(&self) -> bool {
+        self.transposed
+    }
+
+    /// Whether the bytes at hand are the checkpoint's input-major ones (not yet transposed).
+    fn needs_transpose(&self) -> bool {
+        self.transposed && !self.view.is_resident()
+    }
+
+    /// The weight as a kernel matrix. A matrix stored input-major has one only once it is
+    /// resident (transposed): use [`Linear::with_mat`] where it may not be.
     pub fn mat(&self) -> MatRef<'_> {
-        let m = MatRef::new(self.fmt, self.view.bytes(), self.rows, self.cols);
+        assert!(
+            !self.needs_transpose(),
+            "{}: an input-major matrix read in place has no kernel matrix (use with_mat)",
+            self.view.name
+        );
+        self.mat_of(self.view.bytes())
+    }
+
+    fn mat_of<'a>(&'a self, bytes: &'a [u8]) -> MatRef<'a> {
+        let m = MatRef::new(self.fmt, bytes, self.rows, self.cols);
         match &self.scales {
             None => m,
             Some(s) => m.with_scales(s.block_scales()),
         }
     }
 
+    /// Runs `f` on the weight as a kernel matrix: [`Linear::mat`], or for a matrix stored
+    /// input-major and read in place, its transpose in a temporary copy (the same bytes the
+    /// expert store and the resident copy hold, so the same results).
+    pub fn with_mat<R>(&self, f: impl FnOnce(MatRef<'_>) -> R) -> R {
+        if !self.needs_transpose() {
+            return f(self.mat());
+        }
+        let t = transposed_bytes(self.view.bytes(), self.cols, self.rows, self.fmt.size());
+        f(self.mat_of(&t))
+    }
+
     /// `out[t] = W xs[t] + b` for `n` tokens.
     pub fn forward(&self, xs: &[f32], n: usize, out: &mut [f32]) {
-        matmul(&self.mat(), xs, n, out);
+        self.with_mat(|m| matmul(&m, xs, n, out));
         self.add_bias(out);
     }
 
@@ -501,6 +600,30 @@ impl Linear {
     }
 }
 
+/// `src` `[rows, cols]` of `elem`-byte elements, transposed: `[cols, rows]`.
+pub(crate) fn transposed_bytes(src: &[u8], rows: usize, cols: usize, elem: usize) -> Vec<u8> {
+    let mut dst = vec![0u8; src.len()];
+    transpose_into(src, rows, cols, elem, &mut dst);
+    dst
+}
+
+/// Writes `src` `[rows, cols]` (elements of `elem` bytes) transposed into `dst`
+/// `[cols, rows]`, in tiles so that both sides are read and written a cache line at a time.
+pub(crate) fn transpose_into(src: &[u8], rows: usize, cols: usize, elem: usize, dst: &mut [u8]) {
+    const TILE: usize = 32;
+    assert!(src.len() == rows * cols * elem && dst.len() == src.len());
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    let (from, to) = ((r * cols + c) * elem, (c * rows + r) * elem);
+                    dst[to..to + elem].copy_from_slice(&src[from..from + elem]);
+                }
+            }
+        }
+    }
+}
+
 /// Where an FP8 matrix's block scales are: `{name}_scale_inv` (DeepSeek-V3, GLM), else
 /// `{stem}.scale` (DeepSeek-V4, as F8_E8M0 powers of two), `stem` being `name` without
 /// `.weight`.
@@ -522,4 +645,31 @@ pub fn load_vector(dir: &ModelDir, name: &str, len: usize) -> Result<Vec<f32>> {
 /// Loads a tensor view with a checked shape.
 pub fn load_view(dir: &ModelDir, name: &str, shape: &[usize]) -> Result<TensorView> {
     Ok(dir.tensor_shaped(name, shape)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Element `(r, c)` of `[rows, cols]` lands at `(c, r)`, for every element size and
+    /// shapes that are and are not whole tiles.
+    #[test]
+    fn transposition_moves_each_element_to_its_mirror() {
+        for elem in [1, 2, 4] {
+            for (rows, cols) in [(1, 1), (3, 70), (64, 32), (33, 65)] {
+                let src: Vec<u8> = (0..rows * cols * elem)
+                    .map(|i| (i * 7 % 251) as u8)
+                    .collect();
+                let dst = transposed_bytes(&src, rows, cols, elem);
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let a = &src[(r * cols + c) * elem..][..elem];
+                        let b = &dst[(c * rows + r) * elem..][..elem];
+                        assert_eq!(a, b, "elem {elem}, {rows}x{cols} at ({r}, {c})");
+                    }
+                }
+                assert_eq!(transposed_bytes(&dst, cols, rows, elem), src);
+            }
+        }
+    }
 }

@@ -49,6 +49,7 @@ pub const TINY_FIXTURES: &[&str] = &[
     "deepseek_v4_hub_yarn",
     "deepseek_v4_fp4_release",
     "deepseek_v4_softmax",
+    "gpt_oss_bf16_fused",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

@@ -140,7 +140,7 @@ impl Transformer {
         let mut resident = coli_core::make_resident(&views.iter().collect::<Vec<_>>())?;
         let scales = resident.split_off(linears.len());
         for (l, v) in linears.iter_mut().zip(resident) {
-            l.set_view(v);
+            l.set_resident_view(v)?;
         }
         for (&i, v) in scaled.iter().zip(scales) {
             linears[i].set_scale_view(v);

@@ -145,9 +145,13 @@ impl GluExpert {
     /// `out = expert(xs)` for `n` rows (`s.gate` holds the fused projection, `s.up` the
     /// activation).
     pub(crate) fn forward(&self, n: usize, xs: &[f32], s: &mut MlpScratch, out: &mut [f32]) {
-        let mats = [self.gate_up.mat(), self.down.mat()];
         let biases = [self.gate_up.bias(), self.down.bias()];
-        glu_forward_mats(mats, biases, self.act, n, xs, s, out);
+        // gpt-oss' unquantized experts are stored input-major: each use read in place
+        // transposes them (placed models read them through the store, transposed once).
+        self.gate_up.with_mat(|gu| {
+            self.down
+                .with_mat(|d| glu_forward_mats([gu, d], biases, self.act, n, xs, s, out))
+        });
     }
 }
 

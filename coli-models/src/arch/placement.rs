@@ -48,6 +48,7 @@ fn matrix_location(l: &Linear) -> MatrixLocation {
         cols: l.cols,
         scales: l.scales().filter(|_| streamed_scales.is_none()).cloned(),
         streamed_scales,
+        transposed: l.is_transposed(),
     }
 }
 

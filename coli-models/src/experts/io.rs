@@ -39,6 +39,9 @@ pub struct MatrixLocation {
     pub scales: Option<Scales>,
     /// E8M0 block scales read with the matrix instead (DeepSeek-V4's FP4 experts).
     pub streamed_scales: Option<ScaleLocation>,
+    /// Stored input-major (`[cols, rows]`, gpt-oss' unquantized experts): transposed
+    /// after each read, so the cached copy is the `[rows, cols]` matrix the kernels take.
+    pub transposed: bool,
 }
 
 /// Where a matrix's streamed E8M0 scales are: in the same shard or another, one byte per
@@ -85,6 +88,8 @@ pub(crate) struct Part {
     pub(crate) streamed: Option<(usize, usize, usize)>,
     /// This part is a matrix's streamed E8M0 scales (checked for NaN when read).
     pub(crate) is_scales: bool,
+    /// Stored input-major: transposed in the buffer after the read.
+    pub(crate) transposed: bool,
 }
 
 /// An expert's parts (its matrices first, in order, then their streamed scales), and
@@ -124,6 +129,7 @@ impl ExpertLoc {
                     scales: None,
                     streamed: None,
                     is_scales: true,
+                    transposed: false,
                 });
                 (
                     loc.parts.len() + scale_parts.len() - 1,
@@ -141,6 +147,7 @@ impl ExpertLoc {
                 scales: m.scales.clone(),
                 streamed,
                 is_scales: false,
+                transposed: m.transposed,
             });
         }
         parts.extend(scale_parts);
@@ -271,6 +278,9 @@ impl Shared {
             if p.is_scales {
                 crate::weights::check_e8m0(&dst[o..o + p.len]).map_err(|m| nan_scale(p, m))?;
             }
+            if p.transposed {
+                transpose_in_buffer(&mut dst[o..o + p.len], p.cols, p.rows, p.fmt.size());
+            }
         }
         let c = &self.counters;
         c.bytes_read.fetch_add(bytes, Ordering::Relaxed);
@@ -323,6 +333,21 @@ impl Shared {
             offsets: std::array::from_fn(|i| loc.parts.get(i).map_or(0, |p| p.offset as usize)),
         })
     }
+}
+
+thread_local! {
+    /// An I/O thread's scratch for transposing input-major matrices (grows to the largest).
+    static TRANSPOSE_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Transposes `bytes` (`[rows, cols]` of `elem`-byte elements) in place, through the
+/// thread's scratch.
+fn transpose_in_buffer(bytes: &mut [u8], rows: usize, cols: usize, elem: usize) {
+    TRANSPOSE_SCRATCH.with_borrow_mut(|scratch| {
+        scratch.clear();
+        scratch.extend_from_slice(bytes);
+        crate::weights::transpose_into(scratch, rows, cols, elem, bytes);
+    });
 }
 
 /// Faults in the pages of `map[start..end]`: read-ahead of the range into the page cache

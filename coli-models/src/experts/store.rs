@@ -168,7 +168,12 @@ impl ExpertStore {
             .map(|p| open(p, cfg.direct))
             .collect::<Result<Vec<File>>>()?;
         let most = locs.iter().map(Vec::len).max().unwrap_or(0);
-        let maps = if !cfg.direct && cfg.cap >= most && in_place_allowed() {
+        // In place needs the stored layout to be the kernels' (no input-major matrix).
+        let stored_as_used = locs
+            .iter()
+            .flatten()
+            .all(|l| l.parts.iter().all(|p| !p.transposed));
+        let maps = if !cfg.direct && cfg.cap >= most && stored_as_used && in_place_allowed() {
             Some(map_shards(&files, &paths)?)
         } else {
             None

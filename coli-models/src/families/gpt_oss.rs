@@ -4,7 +4,10 @@
 //! a MoE whose router has a bias and picks the top-k logits before a softmax over them; each
 //! expert is one interleaved gate/up projection and a down projection, both with biases, and
 //! a clamped GLU (`swiglu_limit`, `swiglu_alpha`). The release stores the experts as MXFP4
-//! (`_blocks` + `_scales`), which coli reads natively. A sliding layer's cache keeps only
+//! (`_blocks` + `_scales`), which coli reads natively; unquantized re-uploads keep
+//! transformers' fused layout (`[experts, in, out]`, each matrix input-major), which the
+//! expert store and the resident copy transpose once; `coli convert` writes those per
+//! expert (`experts.{e}.gate_up_proj.weight`, `[out, in]`, in any of its formats). A sliding layer's cache keeps only
 //! its window's keys and values, in a ring ([`crate::arch::ring`]). Mirrors
 //! `modeling_gpt_oss.py`.
 
@@ -83,14 +86,16 @@ impl Family for GptOss {
     const MODEL_TYPES: &'static [&'static str] = &["gpt_oss"];
     const DISPLAY_NAME: &'static str = "gpt-oss";
     const CAPABILITIES: &'static [Capability] = &[Capability::Moe, Capability::Gqa];
-    /// The experts' MXFP4 blocks and their E8M0 scales are streamed; their biases are
-    /// read once at load and stay resident.
+    /// The experts' MXFP4 blocks and their E8M0 scales (or, unquantized, their input-major
+    /// matrices) are streamed; their biases are read once at load and stay resident.
     const LAYOUT: TensorLayout = TensorLayout {
         fused_experts: &[
             ".mlp.experts.gate_up_proj_blocks",
             ".mlp.experts.down_proj_blocks",
             ".mlp.experts.gate_up_proj_scales",
             ".mlp.experts.down_proj_scales",
+            ".mlp.experts.gate_up_proj",
+            ".mlp.experts.down_proj",
         ],
         ..TensorLayout::STANDARD
     };
@@ -199,24 +204,43 @@ fn load_expert(
     act: ClampedGlu,
 ) -> Result<Expert> {
     let gate_up = format!("{prefix}.gate_up_proj");
+    let down = format!("{prefix}.down_proj");
+    let bias = |name: &str, rows: usize| -> Result<Vec<f32>> {
+        Ok(dir
+            .tensor_shaped(&format!("{name}_bias"), &[n_experts, rows])?
+            .outer(e)?
+            .to_f32_vec()?)
+    };
+    let own = format!("{prefix}.{e}.gate_up_proj.weight");
+    if dir.has(&own) {
+        // Per expert, `[out, in]`, in any format `Linear::load` reads: what `coli convert`
+        // writes from the unquantized fused layout. The biases stay fused.
+        let own_down = format!("{prefix}.{e}.down_proj.weight");
+        return Ok(Expert::Glu(GluExpert {
+            gate_up: Linear::load(dir, &own, 2 * inter, hidden)?
+                .with_bias(bias(&gate_up, 2 * inter)?),
+            down: Linear::load(dir, &own_down, hidden, inter)?.with_bias(bias(&down, hidden)?),
+            act,
+        }));
+    }
     if !dir.has(&format!("{gate_up}_blocks")) && dir.has(&gate_up) {
-        return Err(crate::error::ModelError::BadTensor {
-            name: gate_up,
-            msg: "gpt-oss experts stored unquantized in the fused [experts, in, out] layout \
-                  (as BF16 re-uploads do) are not supported yet; use the MXFP4 release"
-                .into(),
-        });
+        // Unquantized, as transformers saves it (BF16 re-uploads): [E, in, out] per layer.
+        return Ok(Expert::Glu(GluExpert {
+            gate_up: Linear::load_transposed_expert(
+                dir,
+                &gate_up,
+                e,
+                n_experts,
+                2 * inter,
+                hidden,
+            )?,
+            down: Linear::load_transposed_expert(dir, &down, e, n_experts, hidden, inter)?,
+            act,
+        }));
     }
     Ok(Expert::Glu(GluExpert {
         gate_up: Linear::load_mxfp4_expert(dir, &gate_up, e, n_experts, 2 * inter, hidden)?,
-        down: Linear::load_mxfp4_expert(
-            dir,
-            &format!("{prefix}.down_proj"),
-            e,
-            n_experts,
-            hidden,
-            inter,
-        )?,
+        down: Linear::load_mxfp4_expert(dir, &down, e, n_experts, hidden, inter)?,
         act,
     }))
 }

@@ -164,7 +164,8 @@ fn gpt_oss_keeps_its_mxfp4_experts_and_reports_them() {
 }
 
 /// Qwen3.5's fused BF16 experts are cut per expert (as transformers fuses them: the gates'
-/// rows, then the up projections') and converted like any other expert; bf16 → bf16 is
+/// rows, then the up projections'), and gpt-oss' input-major ones transposed per expert,
+/// and converted like any other expert; bf16 → bf16 is
 /// lossless, the linear-attention tensors (a 3-D convolution, A_log, dt_bias) travel as
 /// they are, and every quantized expert is one read. Qwen3-Next's per-expert layout too,
 /// and DeepSeek-V4 in both spellings (its hyper-connection tensors, position biases, sinks
@@ -177,6 +178,7 @@ fn fused_bf16_experts_are_written_per_expert_and_hybrids_convert_losslessly() {
         "deepseek_v4_hash_csa",
         "deepseek_v4_hub_yarn",
         "deepseek_v4_fp4_release",
+        "gpt_oss_bf16_fused",
     ] {
         let src = fixtures_dir().join(name);
         let tmp = tempfile::tempdir().unwrap();
@@ -194,6 +196,11 @@ fn fused_bf16_experts_are_written_per_expert_and_hybrids_convert_losslessly() {
             "deepseek_v4_hub_yarn" | "deepseek_v4_fp4_release" => {
                 ("layers.2.ffn.experts.7", ["w1", "w3", "w2"])
             }
+            // Input-major gate_up [hidden, 2 inter] written [2 inter, hidden].
+            "gpt_oss_bf16_fused" => (
+                "model.layers.1.mlp.experts.7",
+                ["gate_up_proj", "down_proj", "down_proj"],
+            ),
             _ => (
                 "model.layers.2.mlp.experts.7",
                 ["gate_proj", "up_proj", "down_proj"],

@@ -45,17 +45,12 @@ fn a_nan_mxfp4_scale_is_an_error_when_its_expert_is_read() {
     }
 }
 
-#[test]
-fn fused_bf16_experts_are_refused_with_the_reason() {
-    let t = copy("gpt_oss_clamp_top3");
-    let shard = t.path().join("model.safetensors");
+/// Rewrites one tensor's header entry of `dir`'s single shard (the header keeps its length,
+/// padded with spaces as safetensors allows).
+fn edit_header(dir: &std::path::Path, edit: impl FnOnce(&mut serde_json::Map<String, Value>)) {
+    let shard = dir.join("model.safetensors");
     let (mut h, data, bytes) = header(&shard);
-    // Rename layer 0's gate_up blocks to the unquantized fused name; the header keeps its
-    // length (padded with spaces, as safetensors allows).
-    let obj = h.as_object_mut().unwrap();
-    let old = "model.layers.0.mlp.experts.gate_up_proj_blocks";
-    let v = obj.remove(old).unwrap();
-    obj.insert("model.layers.0.mlp.experts.gate_up_proj".into(), v);
+    edit(h.as_object_mut().unwrap());
     let mut text = serde_json::to_vec(&h).unwrap();
     let n = data - 8;
     assert!(text.len() <= n);
@@ -64,11 +59,62 @@ fn fused_bf16_experts_are_refused_with_the_reason() {
     out.extend_from_slice(&text);
     out.extend_from_slice(&bytes[data..]);
     std::fs::write(&shard, out).unwrap();
+}
+
+#[test]
+fn unquantized_fused_experts_of_the_wrong_shape_or_dtype_are_named() {
+    // MXFP4 blocks under the unquantized name: read as [experts, in, out], their shape is
+    // wrong, and the error names the tensor.
+    let t = copy("gpt_oss_clamp_top3");
+    edit_header(t.path(), |obj| {
+        let v = obj
+            .remove("model.layers.0.mlp.experts.gate_up_proj_blocks")
+            .unwrap();
+        obj.insert("model.layers.0.mlp.experts.gate_up_proj".into(), v);
+    });
+    let e = load_err(t.path());
+    assert!(e.contains("model.layers.0.mlp.experts.gate_up_proj"), "{e}");
+    // The unquantized fixture's down_proj relabelled I16 (same bytes per element).
+    let t = copy("gpt_oss_bf16_fused");
+    edit_header(t.path(), |obj| {
+        obj["model.layers.1.mlp.experts.down_proj"]["dtype"] = "I16".into();
+    });
     let e = load_err(t.path());
     assert!(
-        e.contains("gate_up_proj") && e.contains("MXFP4") && e.contains("not supported"),
+        e.contains("model.layers.1.mlp.experts.down_proj") && e.contains("I16"),
         "{e}"
     );
+}
+
+#[test]
+fn unquantized_fused_experts_are_transposed_once_and_never_served_in_place() {
+    // Input-major experts cannot be served from the mapping: with every expert cached the
+    // store still copies (and transposes) them, and the logits are the reference's bits
+    // whether they are read in place, through the store or made resident.
+    use coli_models::experts::{CacheSize, Placement, Prefetch};
+    let r = Reference::load("gpt_oss_bf16_fused");
+    let run = |cache: Option<CacheSize>| {
+        let mut m = coli_models::load(&r.dir).unwrap();
+        if let Some(cache) = cache {
+            let p = Placement {
+                cache,
+                direct: false,
+                prefetch: Prefetch::On,
+                pin_bytes: 0,
+            };
+            m.place_experts(&r.dir, &p).unwrap();
+            if let Some(store) = &m.store {
+                assert!(!store.in_place(), "{cache:?}");
+            }
+        }
+        let mut s = coli_models::Session::new(&m, 64);
+        s.forward(&r.ids(), true).unwrap().to_vec()
+    };
+    // Read in place, each use transposes (the oracle test compares these with transformers).
+    let plain = run(None);
+    for cache in [CacheSize::Slots(8), CacheSize::Slots(1), CacheSize::Off] {
+        assert!(run(Some(cache)) == plain, "{cache:?}");
+    }
 }
 
 /// A config rewrite.

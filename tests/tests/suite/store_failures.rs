@@ -19,6 +19,7 @@ fn location(path: &Path, offset: u64, len: usize) -> ExpertLocation {
         cols: len / 4,
         scales: None,
         streamed_scales: None,
+        transposed: false,
     };
     ExpertLocation {
         parts: vec![m(0), m(1), m(2)],
