@@ -610,14 +610,24 @@ pub(crate) fn transposed_bytes(src: &[u8], rows: usize, cols: usize, elem: usize
 /// Writes `src` `[rows, cols]` (elements of `elem` bytes) transposed into `dst`
 /// `[cols, rows]`, in tiles so that both sides are read and written a cache line at a time.
 pub(crate) fn transpose_into(src: &[u8], rows: usize, cols: usize, elem: usize, dst: &mut [u8]) {
-    const TILE: usize = 32;
     assert!(src.len() == rows * cols * elem && dst.len() == src.len());
+    match elem {
+        1 => transpose_elems::<1>(src, rows, cols, dst),
+        2 => transpose_elems::<2>(src, rows, cols, dst),
+        4 => transpose_elems::<4>(src, rows, cols, dst),
+        _ => unreachable!("element sizes are 1, 2 or 4 bytes"),
+    }
+}
+
+/// [`transpose_into`] for elements of `N` bytes, moved whole.
+fn transpose_elems<const N: usize>(src: &[u8], rows: usize, cols: usize, dst: &mut [u8]) {
+    const TILE: usize = 32;
+    let (src, dst) = (src.as_chunks::<N>().0, dst.as_chunks_mut::<N>().0);
     for r0 in (0..rows).step_by(TILE) {
         for c0 in (0..cols).step_by(TILE) {
             for r in r0..(r0 + TILE).min(rows) {
                 for c in c0..(c0 + TILE).min(cols) {
-                    let (from, to) = ((r * cols + c) * elem, (c * rows + r) * elem);
-                    dst[to..to + elem].copy_from_slice(&src[from..from + elem]);
+                    dst[c * rows + r] = src[r * cols + c];
                 }
             }
         }
