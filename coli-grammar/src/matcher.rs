@@ -203,8 +203,9 @@ impl Compiled {
         }
     }
 
-    /// States, computed character transitions, and checked unfinished characters of the
-    /// shared automaton so far (a diagnostic).
+    /// States, computed transitions (byte-table entries filled, a state's whole ASCII row
+    /// at once, plus non-ASCII characters in the map) and checked unfinished characters of
+    /// the shared automaton so far (a diagnostic).
     pub fn automaton_size(&self) -> (usize, usize, usize) {
         let dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
         let computed = dfa.trans.iter().filter(|&&t| t != UNKNOWN).count() + dfa.chars.len();
