@@ -1,0 +1,170 @@
+//! The lazily built automaton's tables: states, hash-consed stack frames, byte and
+//! character transitions, unfinished-character nodes and the shortcut caches.
+
+use super::*;
+
+/// A fast non-cryptographic hasher (the Fx mix) for the automaton's state index.
+#[derive(Default)]
+pub(super) struct Fx(u64);
+
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+pub(super) type BuildFx = BuildHasherDefault<Fx>;
+
+/// Bytes of an unfinished UTF-8 character (a lead byte and up to two more).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(super) struct Partial {
+    pub(super) bytes: [u8; 3],
+    pub(super) len: u8,
+}
+
+impl Partial {
+    pub(super) fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+/// The lazily built deterministic automaton over matcher states: each state (parse stacks
+/// at a character boundary) seen gets an id, and each (state, character) transition is
+/// computed once — ASCII in a table, other characters in a map; the bytes inside a
+/// multi-byte character are checked against the state without becoming states. Shared by
+/// every matcher of a compiled grammar.
+#[derive(Debug, Default)]
+pub(super) struct Dfa {
+    /// Per state: the tops of its parse stacks (frame ids, `NIL` for an empty stack),
+    /// sorted.
+    pub(super) states: Vec<Vec<u32>>,
+    /// Stack frames, hash-consed: (position, parent frame or `NIL`, depth).
+    pub(super) frames: Vec<(Pos, u32, u32)>,
+    pub(super) frame_index: HashMap<(Pos, u32), u32, BuildFx>,
+    /// State hash → ids of the states with that hash.
+    pub(super) index: HashMap<u64, Vec<u32>, BuildFx>,
+    /// `states.len() * 256` byte transitions: ASCII to a state, lead bytes to an
+    /// unfinished-character node.
+    pub(super) trans: Vec<u32>,
+    /// (state << 32 | character) → state or `DEAD`, for non-ASCII characters.
+    pub(super) chars: HashMap<u64, u32, BuildFx>,
+    /// Unfinished-character nodes: (state, bytes so far), each with 64 transitions on
+    /// continuation bytes, and their index.
+    pub(super) pnodes: Vec<(u32, Partial)>,
+    /// Results of ASCII character groups (`UNKNOWN` until first used).
+    pub(super) groups: Vec<u32>,
+    /// (state, slice class) → [`Stepper::except`]'s answer.
+    pub(super) except: HashMap<(u32, u32), Except, BuildFx>,
+    /// (state, slice class) → [`Stepper::closed_alive`]'s answer.
+    pub(super) alive: HashMap<(u32, u32), bool, BuildFx>,
+    pub(super) pnext: Vec<u32>,
+    pub(super) pindex: HashMap<(u32, Partial), u32, BuildFx>,
+    /// Per state: the forced next character (`UNKNOWN` not computed, `DEAD` none).
+    pub(super) forced: Vec<u32>,
+    /// Per state and slice class: where every character of the class leads
+    /// (`UNKNOWN`, `NONUNIFORM`, `DEAD` or a state).
+    pub(super) uniform: Vec<u32>,
+    /// Bumped when the automaton is cleared, so matchers know their id is stale.
+    pub(super) epoch: u64,
+    /// Scratch of [`Stepper::advance`] and [`Stepper::expand`], kept for its memory.
+    pub(super) seen: HashSet<u32, BuildFx>,
+    pub(super) work: Vec<Work>,
+    pub(super) tops: Vec<u32>,
+}
+
+/// An item of [`Stepper::expand`]'s work list.
+#[derive(Debug)]
+pub(super) enum Work {
+    Frame(u32),
+    /// Alternatives `next..` of rule `sub`, on top of frame `base`.
+    Alts {
+        sub: u32,
+        next: u32,
+        base: u32,
+    },
+}
+
+impl Dfa {
+    /// The frame (`pos` on top of `parent`).
+    pub(super) fn frame(&mut self, pos: Pos, parent: u32) -> u32 {
+        if let Some(&f) = self.frame_index.get(&(pos, parent)) {
+            return f;
+        }
+        let depth = if parent == NIL {
+            1
+        } else {
+            self.frames[parent as usize].2 + 1
+        };
+        let f = self.frames.len() as u32;
+        self.frames.push((pos, parent, depth));
+        self.frame_index.insert((pos, parent), f);
+        f
+    }
+
+    /// The state of materialized stacks.
+    pub(super) fn intern_stacks(&mut self, stacks: &[Vec<Pos>]) -> u32 {
+        let mut tops: Vec<u32> = stacks
+            .iter()
+            .map(|st| st.iter().fold(NIL, |parent, &pos| self.frame(pos, parent)))
+            .collect();
+        tops.sort_unstable();
+        tops.dedup();
+        self.intern(&tops)
+    }
+
+    /// The stacks of state `s`, bottom first, sorted.
+    pub(super) fn materialize(&self, s: u32) -> Vec<Vec<Pos>> {
+        let mut out: Vec<Vec<Pos>> = self.states[s as usize]
+            .iter()
+            .map(|&top| {
+                let mut st = Vec::new();
+                let mut f = top;
+                while f != NIL {
+                    st.push(self.frames[f as usize].0);
+                    f = self.frames[f as usize].1;
+                }
+                st.reverse();
+                st
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    pub(super) fn intern(&mut self, d: &[u32]) -> u32 {
+        let h = {
+            let mut f = Fx(0);
+            d.hash(&mut f);
+            f.finish()
+        };
+        if let Some(ids) = self.index.get(&h) {
+            if let Some(&i) = ids.iter().find(|&&i| self.states[i as usize] == d) {
+                return i;
+            }
+        }
+        let i = self.states.len() as u32;
+        self.states.push(d.to_vec());
+        self.index.entry(h).or_default().push(i);
+        self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
+        self.forced.push(UNKNOWN);
+        self.uniform.extend(std::iter::repeat_n(
+            UNKNOWN,
+            crate::slices::SLICE_CLASSES.len(),
+        ));
+        i
+    }
+}

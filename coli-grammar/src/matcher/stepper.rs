@@ -1,0 +1,449 @@
+//! Stepping through the shared automaton: character and byte transitions computed on
+//! first use, stack expansion, and the answers the mask's shortcuts ask for.
+
+use super::*;
+
+/// The exception characters of a slice class at a state and where the others lead.
+pub(crate) type Except = Option<(Vec<u8>, Option<u32>)>;
+
+/// Steps through the shared automaton (while its lock is held).
+pub(crate) struct Stepper<'a> {
+    pub(super) g: &'a Compiled,
+    pub(super) dfa: &'a mut Dfa,
+}
+
+impl Stepper<'_> {
+    /// Where the characters of slice class `k` lead from `s`, when they all lead to the
+    /// same place. Characters every stack top treats alike (inside or outside its set)
+    /// lead to the same state, so one representative decides.
+    pub(crate) fn uniform(&mut self, s: u32, k: usize) -> Uniform {
+        let n = crate::slices::SLICE_CLASSES.len();
+        let idx = s as usize * n + k;
+        let mut known = self.dfa.uniform[idx];
+        if known == UNKNOWN {
+            let class = crate::slices::SLICE_CLASSES[k];
+            let same = self.dfa.states[s as usize].iter().all(|&top| {
+                match self.g.top_elem(&self.dfa.frames, top) {
+                    None => true,
+                    Some(Elem::Chars { ranges, .. }) => {
+                        covers(ranges, class) || disjoint(ranges, class)
+                    }
+                    Some(Elem::Rule(_)) => false,
+                }
+            });
+            known = if same {
+                self.step_char(s, class[0].0).unwrap_or(DEAD)
+            } else {
+                NONUNIFORM
+            };
+            self.dfa.uniform[idx] = known;
+        }
+        match known {
+            NONUNIFORM => Uniform::No,
+            DEAD => Uniform::Dead,
+            t => Uniform::To(t),
+        }
+    }
+
+    /// Whether `c` is a state (at a character boundary) where every character of plain
+    /// string content (`SLICE_CLASSES[0]`) is taken and leads back to the same state.
+    pub(crate) fn loops_on_plain(&mut self, c: Cursor) -> bool {
+        at_boundary(c) && matches!(self.uniform(c, 0), Uniform::To(t) if t == c)
+    }
+
+    /// Whether every string of slice class `k`'s characters stays alive from `s`: the
+    /// states the class's characters reach from `s` (a few, at most 64) each take every
+    /// character of the class.
+    pub(crate) fn closed_alive(&mut self, s: u32, k: usize) -> bool {
+        if let Some(&known) = self.dfa.alive.get(&(s, k as u32)) {
+            return known;
+        }
+        let mut seen = vec![s];
+        let mut i = 0;
+        let mut ok = true;
+        'all: while i < seen.len() {
+            let u = seen[i];
+            i += 1;
+            let next: Vec<Option<u32>> = match self.uniform(u, k) {
+                Uniform::To(t) => vec![Some(t)],
+                Uniform::Dead => vec![None],
+                Uniform::No => match self.except(u, k) {
+                    Some((xs, others)) => {
+                        let mut v = vec![others];
+                        for x in xs {
+                            v.push(self.step_char(u, x as u32));
+                        }
+                        v
+                    }
+                    None => {
+                        ok = false;
+                        break;
+                    }
+                },
+            };
+            for t in next {
+                match t {
+                    None => {
+                        ok = false;
+                        break 'all;
+                    }
+                    Some(t) if !seen.contains(&t) => {
+                        seen.push(t);
+                        if seen.len() > 64 {
+                            ok = false;
+                            break 'all;
+                        }
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        self.dfa.alive.insert((s, k as u32), ok);
+        ok
+    }
+
+    /// For slice class `k` at state `s` where its characters do not all lead to one state:
+    /// the few ASCII characters some stack top treats apart, and where every other
+    /// character of the class leads (`None`: refused), if that is all that differs.
+    pub(crate) fn except(&mut self, s: u32, k: usize) -> Except {
+        if let Some(known) = self.dfa.except.get(&(s, k as u32)) {
+            return known.clone();
+        }
+        let class = crate::slices::SLICE_CLASSES[k];
+        let mut xs: Vec<u8> = Vec::new();
+        let mut ok = true;
+        for &top in &self.dfa.states[s as usize] {
+            let Some(e) = self.g.top_elem(&self.dfa.frames, top) else {
+                continue;
+            };
+            let Elem::Chars { negated, ranges } = e else {
+                ok = false;
+                break;
+            };
+            if covers(ranges, class) || disjoint(ranges, class) {
+                continue;
+            }
+            // The class's characters inside the ranges, and outside them.
+            let within = intersect(ranges, class);
+            let without = intersect(&crate::regex::complement(&within), class);
+            let (inside, outside) = if *negated {
+                (without, within)
+            } else {
+                (within, without)
+            };
+            let size =
+                |v: &[(u32, u32)]| v.iter().map(|&(a, b)| (b - a + 1) as usize).sum::<usize>();
+            let small = if size(&inside) <= 48 {
+                inside
+            } else if size(&outside) <= 48 {
+                outside
+            } else {
+                ok = false;
+                break;
+            };
+            for (a, b) in small {
+                if b >= 128 {
+                    ok = false;
+                    break;
+                }
+                xs.extend((a..=b).map(|c| c as u8));
+            }
+        }
+        xs.sort_unstable();
+        xs.dedup();
+        let r = if ok && !xs.is_empty() && xs.len() <= 48 {
+            let rep = (0x20u32..0x7F).find(|c| {
+                !xs.contains(&(*c as u8)) && class.iter().any(|&(a, b)| a <= *c && *c <= b)
+            });
+            rep.map(|rep| (xs, self.step_char(s, rep)))
+        } else {
+            None
+        };
+        self.dfa.except.insert((s, k as u32), r.clone());
+        r
+    }
+
+    /// The state after character `c` from state `s`, or `None` if `c` is refused.
+    pub(crate) fn step_char(&mut self, s: u32, c: u32) -> Option<u32> {
+        let t = if c < 128 {
+            self.ascii(s, c)
+        } else {
+            let key = (s as u64) << 32 | c as u64;
+            match self.dfa.chars.get(&key) {
+                Some(&t) => t,
+                None => {
+                    let t = self.compute(s, c);
+                    self.dfa.chars.insert(key, t);
+                    t
+                }
+            }
+        };
+        (t != DEAD).then_some(t)
+    }
+
+    /// The transition of state `s` on ASCII character `c` (a state or `DEAD`).
+    #[inline]
+    pub(super) fn ascii(&mut self, s: u32, c: u32) -> u32 {
+        let idx = s as usize * 256 + c as usize;
+        let mut t = self.dfa.trans[idx];
+        if t == UNKNOWN {
+            self.fill_ascii(s);
+            t = self.dfa.trans[idx];
+        }
+        if t < PARTIAL && t & GROUP != 0 {
+            let gi = (t & !GROUP) as usize;
+            t = self.dfa.groups[gi];
+            if t == UNKNOWN {
+                t = self.compute(s, c);
+                self.dfa.groups[gi] = t;
+            }
+            self.dfa.trans[idx] = t;
+        }
+        t
+    }
+
+    /// Sorts every ASCII character of `s` at once into groups: characters the same stacks
+    /// accept lead to the same state, so each group is advanced once, when first used.
+    pub(super) fn fill_ascii(&mut self, s: u32) {
+        let tops = &self.dfa.states[s as usize];
+        if tops.len() > 64 {
+            for c in 0..128u32 {
+                let t = self.compute(s, c);
+                self.dfa.trans[s as usize * 256 + c as usize] = t;
+            }
+            return;
+        }
+        let mut sigs = [0u64; 128];
+        for (k, &top) in tops.iter().enumerate() {
+            if let Some(e) = self.g.top_elem(&self.dfa.frames, top) {
+                let mut set = e.ascii_set();
+                while set != 0 {
+                    sigs[set.trailing_zeros() as usize] |= 1 << k;
+                    set &= set - 1;
+                }
+            }
+        }
+        let mut done: Vec<(u64, u32)> = Vec::new();
+        for c in 0..128u32 {
+            let sig = sigs[c as usize];
+            let t = if sig == 0 {
+                DEAD
+            } else if let Some(&(_, t)) = done.iter().find(|d| d.0 == sig) {
+                t
+            } else {
+                let t = GROUP | self.dfa.groups.len() as u32;
+                self.dfa.groups.push(UNKNOWN);
+                done.push((sig, t));
+                t
+            };
+            self.dfa.trans[s as usize * 256 + c as usize] = t;
+        }
+    }
+
+    pub(super) fn compute(&mut self, s: u32, c: u32) -> u32 {
+        let mut tops = std::mem::take(&mut self.dfa.tops);
+        let t = if self.advance(s, c, &mut tops) {
+            self.dfa.intern(&tops)
+        } else {
+            DEAD
+        };
+        self.dfa.tops = tops;
+        t
+    }
+
+    /// The stack tops after character `c` from state `s` into `out` (cleared first); false
+    /// if no stack takes it.
+    pub(super) fn advance(&mut self, s: u32, c: u32, out: &mut Vec<u32>) -> bool {
+        out.clear();
+        let n = self.dfa.states[s as usize].len();
+        for k in 0..n {
+            let top = self.dfa.states[s as usize][k];
+            let Some(e) = self.g.top_elem(&self.dfa.frames, top) else {
+                continue;
+            };
+            if e.accepts(c) {
+                let ((r, a, i), parent, _) = self.dfa.frames[top as usize];
+                let f = self.dfa.frame((r, a, i + 1), parent);
+                // Each top's expansion starts with nothing seen (the set's memory reused).
+                let mut seen = std::mem::take(&mut self.dfa.seen);
+                seen.clear();
+                self.expand(f, out, &mut seen);
+                self.dfa.seen = seen;
+            }
+        }
+        if out.is_empty() {
+            return false;
+        }
+        out.sort_unstable();
+        out.dedup();
+        out.truncate(MAX_STACKS);
+        true
+    }
+
+    /// Normalises the stack topped by frame `f` (popping finished positions, expanding
+    /// rule references, a reference that ends its alternative replacing the frame: a tail
+    /// call) into stacks whose top waits for a character, pushing their tops onto `out`.
+    /// A frame met again in one expansion expands to what it gave the first time, so it is
+    /// skipped (`seen`): repetitions of bodies that can be empty do not loop. A walk with
+    /// its own work list (no recursion: a long chain of references cannot overflow the
+    /// thread's stack), in the order of a depth-first recursion.
+    pub(super) fn expand(&mut self, f: u32, out: &mut Vec<u32>, seen: &mut HashSet<u32, BuildFx>) {
+        let g = self.g;
+        let mut work = std::mem::take(&mut self.dfa.work);
+        work.clear();
+        work.push(Work::Frame(f));
+        while let Some(item) = work.pop() {
+            let f = match item {
+                Work::Frame(f) => f,
+                Work::Alts { sub, next, base } => {
+                    if (next as usize) < g.rules[sub as usize].len() {
+                        work.push(Work::Alts {
+                            sub,
+                            next: next + 1,
+                            base,
+                        });
+                        work.push(Work::Frame(self.dfa.frame((sub, next, 0), base)));
+                    }
+                    continue;
+                }
+            };
+            if out.len() >= MAX_STACKS || seen.len() > 4 * MAX_STACKS || !seen.insert(f) {
+                continue;
+            }
+            if f == NIL {
+                out.push(NIL);
+                continue;
+            }
+            let ((r, a, i), parent, depth) = self.dfa.frames[f as usize];
+            if depth as usize > MAX_STACK {
+                continue;
+            }
+            let alt = &g.rules[r as usize][a as usize];
+            match alt.get(i as usize) {
+                None => {
+                    // Continue after the reference that led here.
+                    let next = if parent == NIL {
+                        NIL
+                    } else {
+                        let ((pr, pa, pi), pp, _) = self.dfa.frames[parent as usize];
+                        self.dfa.frame((pr, pa, pi + 1), pp)
+                    };
+                    work.push(Work::Frame(next));
+                }
+                Some(Elem::Chars { .. }) => out.push(f),
+                Some(Elem::Rule(sub)) => {
+                    let base = if i as usize + 1 == alt.len() {
+                        parent
+                    } else {
+                        f
+                    };
+                    work.push(Work::Alts {
+                        sub: *sub as u32,
+                        next: 0,
+                        base,
+                    });
+                }
+            }
+        }
+        self.dfa.work = work;
+    }
+
+    /// The state a cursor is in (at its last character boundary).
+    pub(crate) fn state_of(&self, c: Cursor) -> u32 {
+        if at_boundary(c) {
+            c
+        } else {
+            self.dfa.pnodes[(c & !PARTIAL) as usize].0
+        }
+    }
+
+    /// The cursor for state `s` with the bytes `p` of a character begun (valid, checked).
+    pub(super) fn cursor(&mut self, s: u32, p: &[u8]) -> Option<Cursor> {
+        let mut c = s;
+        for &b in p {
+            c = self.step(c, b)?;
+        }
+        Some(c)
+    }
+
+    /// The cursor after byte `b` (UTF-8 decoded incrementally), or `None` if refused.
+    #[inline]
+    pub(crate) fn step(&mut self, cur: Cursor, b: u8) -> Option<Cursor> {
+        if b < 0x80 && at_boundary(cur) {
+            let t = self.ascii(cur, b as u32);
+            return (t != DEAD).then_some(t);
+        }
+        let slot = if at_boundary(cur) {
+            cur as usize * 256 + b as usize
+        } else {
+            if !(0x80..0xC0).contains(&b) {
+                return None;
+            }
+            (cur & !PARTIAL) as usize * 64 + (b - 0x80) as usize
+        };
+        let t = if at_boundary(cur) {
+            self.dfa.trans[slot]
+        } else {
+            self.dfa.pnext[slot]
+        };
+        let t = if t == UNKNOWN {
+            let t = self.compute_byte(cur, b);
+            if at_boundary(cur) {
+                self.dfa.trans[slot] = t;
+            } else {
+                self.dfa.pnext[slot] = t;
+            }
+            t
+        } else {
+            t
+        };
+        (t != DEAD).then_some(t)
+    }
+
+    pub(super) fn compute_byte(&mut self, cur: Cursor, b: u8) -> u32 {
+        let (s, mut p) = if at_boundary(cur) {
+            (cur, Partial::default())
+        } else {
+            self.dfa.pnodes[(cur & !PARTIAL) as usize]
+        };
+        if p.len == 0 && b < 0x80 {
+            return self.step_char(s, b as u32).unwrap_or(DEAD);
+        }
+        let mut buf = [0u8; 4];
+        let n = p.len as usize;
+        buf[..n].copy_from_slice(p.as_slice());
+        buf[n] = b;
+        match std::str::from_utf8(&buf[..=n]) {
+            Ok(text) => {
+                let c = text.chars().next().expect("one char") as u32;
+                self.step_char(s, c).unwrap_or(DEAD)
+            }
+            Err(e) if e.error_len().is_none() && n < 3 => {
+                p.bytes[n] = b;
+                p.len += 1;
+                // Half a character: kept only if some character it can still become is
+                // allowed here.
+                let (lo, hi) = prefix_range(p.as_slice());
+                let frames = &self.dfa.frames;
+                if !self.g.could_accept(
+                    self.dfa.states[s as usize]
+                        .iter()
+                        .filter_map(|&t| self.g.top_elem(frames, t)),
+                    lo,
+                    hi,
+                ) {
+                    return DEAD;
+                }
+                if let Some(&id) = self.dfa.pindex.get(&(s, p)) {
+                    return id | PARTIAL;
+                }
+                let id = self.dfa.pnodes.len() as u32;
+                self.dfa.pnodes.push((s, p));
+                self.dfa.pnext.extend(std::iter::repeat_n(UNKNOWN, 64));
+                self.dfa.pindex.insert((s, p), id);
+                id | PARTIAL
+            }
+            Err(_) => DEAD,
+        }
+    }
+}
