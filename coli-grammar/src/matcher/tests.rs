@@ -284,3 +284,38 @@ fn a_schema_grammar_carries_its_schema() {
     assert_eq!(info.warnings()[0].keyword, "x-vendor");
     assert!(g(r#"root ::= "a""#).schema().is_none());
 }
+
+/// A wide grammar (2,100 alternatives, each through a rule of its own: twice as many
+/// frames as stacks when the start state expands) is not cut short: every alternative's
+/// text is accepted, the first and the last alike, and nothing else is.
+#[test]
+fn thousands_of_alternatives_through_rules_are_all_kept() {
+    let word = |i: usize| {
+        let l = |k: usize| char::from(b'a' + (k % 26) as u8);
+        format!("{}{}{}", l(i / 676), l(i / 26), l(i))
+    };
+    let n = 2100;
+    let mut src = String::from("root ::= ");
+    src.push_str(
+        &(0..n)
+            .map(|i| format!("r{i}"))
+            .collect::<Vec<_>>()
+            .join(" | "),
+    );
+    for i in 0..n {
+        src.push_str(&format!("\nr{i} ::= \"{}\"", word(i)));
+    }
+    let c = g(&src);
+    for i in [0, 1, n / 2, n - 2, n - 1] {
+        assert!(
+            Matcher::matches(&c, &word(i)),
+            "alternative {i}: {}",
+            word(i)
+        );
+    }
+    assert!(
+        !Matcher::matches(&c, &word(n)),
+        "{} is not an alternative",
+        word(n)
+    );
+}
