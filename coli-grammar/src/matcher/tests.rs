@@ -319,3 +319,18 @@ fn thousands_of_alternatives_through_rules_are_all_kept() {
         word(n)
     );
 }
+
+/// Two characters sharing a lead byte lead to different places (the continuation byte
+/// decides), in one shared automaton whichever is stepped first.
+#[test]
+fn characters_with_the_same_lead_byte_are_told_apart() {
+    // "é" is C3 A9 and "ü" C3 BC.
+    let c = g(r#"root ::= "é" "1" | "ü" "2""#);
+    assert!(Matcher::matches(&c, "é1"));
+    assert!(Matcher::matches(&c, "ü2"));
+    assert!(!Matcher::matches(&c, "ü1"));
+    assert!(!Matcher::matches(&c, "é2"));
+    let c = g(r#"root ::= "é" "1" | "ü" "2""#);
+    assert!(Matcher::matches(&c, "ü2"));
+    assert!(Matcher::matches(&c, "é1"));
+}
