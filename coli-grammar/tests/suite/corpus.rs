@@ -118,3 +118,46 @@ fn masks_with_the_slice_shortcut_equal_walking_every_token() {
     }
     assert!(checked > 1000);
 }
+
+/// Character classes that stop one short of a slice class's edge (`[a-y]` inside `[a-z]`,
+/// `[0-8]`, `[B-Z]`, a string body without `~`…): the shortcut must not take the class as
+/// covered. Every mask equals feeding each token alone, before and after a first character.
+#[test]
+fn classes_one_short_of_a_slice_class_are_not_taken_as_covering_it() {
+    use coli_grammar::{gbnf, TokenMask, TokenTrie};
+    let mut vocab: Vec<Vec<u8>> = (0x20u8..0x7F).map(|c| vec![c]).collect();
+    for w in [
+        "az", "za", "zz", "ay", "09", "90", "AZ", "ZA", "BZ", "a~", "~~", "ab", "yy",
+    ] {
+        vocab.push(w.as_bytes().to_vec());
+    }
+    let trie = TokenTrie::new(&vocab);
+    let mut mask = TokenMask::default();
+    for src in [
+        r#"root ::= [a-y]+ "!""#,
+        r#"root ::= [b-z]+ "!""#,
+        r#"root ::= [0-8a-z]+ "!""#,
+        r#"root ::= [0-9a-y]+ "!""#,
+        r#"root ::= [A-Ya-z]+ "!""#,
+        r#"root ::= [0-9A-Za-y]+ "!""#,
+        r#"root ::= "\"" [ !#-\[\]-}]* "\"""#,
+    ] {
+        let c = Compiled::new(&gbnf::parse(src).unwrap());
+        for prefix in ["", "b", "0", "B", "\""] {
+            let mut m = c.matcher();
+            if !m.accept_bytes(prefix.as_bytes()) {
+                continue;
+            }
+            trie.mask(&m, &mut mask);
+            for (id, bytes) in vocab.iter().enumerate() {
+                let want = m.clone().accept_bytes(bytes);
+                assert_eq!(
+                    mask.is_allowed(id as u32),
+                    want,
+                    "{src} after {prefix:?}: token {:?}",
+                    String::from_utf8_lossy(bytes)
+                );
+            }
+        }
+    }
+}
