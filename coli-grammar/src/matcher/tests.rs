@@ -334,3 +334,14 @@ fn characters_with_the_same_lead_byte_are_told_apart() {
     assert!(Matcher::matches(&c, "ü2"));
     assert!(Matcher::matches(&c, "é1"));
 }
+
+/// Nesting is bounded: a stack deeper than `MAX_STACK` frames is dropped, so text nested
+/// well past it is refused (and does not exhaust memory), while nesting well within it is
+/// accepted.
+#[test]
+fn nesting_past_the_stack_bound_is_refused() {
+    let c = g(r#"root ::= "(" root ")" | "x""#);
+    let nested = |k: usize| format!("{}x{}", "(".repeat(k), ")".repeat(k));
+    assert!(Matcher::matches(&c, &nested(MAX_STACK - 100)));
+    assert!(!Matcher::matches(&c, &nested(MAX_STACK + 100)));
+}
