@@ -333,6 +333,12 @@ fn characters_with_the_same_lead_byte_are_told_apart() {
     let c = g(r#"root ::= "é" "1" | "ü" "2""#);
     assert!(Matcher::matches(&c, "ü2"));
     assert!(Matcher::matches(&c, "é1"));
+    // U+0080, the first character past ASCII (C2 80), and U+007F, the last of it.
+    let c = g(r#"root ::= [\u0080] "a" | [\x7F] "b""#);
+    assert!(Matcher::matches(&c, "\u{80}a"));
+    assert!(Matcher::matches(&c, "\u{7f}b"));
+    assert!(!Matcher::matches(&c, "\u{80}b"));
+    assert!(!Matcher::matches(&c, "\u{81}a"));
 }
 
 /// Nesting is bounded: a stack deeper than `MAX_STACK` frames is dropped, so text nested
