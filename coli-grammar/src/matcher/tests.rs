@@ -339,6 +339,10 @@ fn characters_with_the_same_lead_byte_are_told_apart() {
     assert!(Matcher::matches(&c, "\u{7f}b"));
     assert!(!Matcher::matches(&c, "\u{80}b"));
     assert!(!Matcher::matches(&c, "\u{81}a"));
+    // A continuation byte where a character starts is refused, 0x80 the first of them.
+    for b in [0x80u8, 0x81, 0xBF] {
+        assert!(!c.matcher().accept_bytes(&[b]), "{b:#x}");
+    }
 }
 
 /// Nesting is bounded: a stack deeper than `MAX_STACK` frames is dropped, so text nested
