@@ -355,3 +355,19 @@ fn nesting_past_the_stack_bound_is_refused() {
     assert!(Matcher::matches(&c, &nested(MAX_STACK - 100)));
     assert!(!Matcher::matches(&c, &nested(MAX_STACK + 100)));
 }
+
+/// `accept_char` advances by the character's UTF-8 bytes, or refuses and leaves the
+/// matcher as it was; `is_dead_end` is true only once nothing more may follow.
+#[test]
+fn characters_advance_and_dead_ends_are_only_at_the_end() {
+    let c = g(r#"root ::= "é" [0-9]"#);
+    let mut m = c.matcher();
+    assert!(!m.is_dead_end());
+    assert!(!m.accept_char('e'));
+    assert!(m.accept_char('é'));
+    assert!(!m.is_dead_end() && !m.is_complete());
+    assert!(!m.accept_char('x'));
+    assert!(m.accept_char('7'));
+    assert!(m.is_complete() && m.is_dead_end());
+    assert!(!m.accept_char('7'));
+}

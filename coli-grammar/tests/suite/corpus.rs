@@ -127,7 +127,7 @@ fn classes_one_short_of_a_slice_class_are_not_taken_as_covering_it() {
     use coli_grammar::{gbnf, TokenMask, TokenTrie};
     let mut vocab: Vec<Vec<u8>> = (0x20u8..0x7F).map(|c| vec![c]).collect();
     for w in [
-        "az", "za", "zz", "ay", "09", "90", "AZ", "ZA", "BZ", "a~", "~~", "ab", "yy",
+        "az", "za", "zz", "ay", "09", "90", "AZ", "ZA", "BZ", "a~", "~~", "ab", "yy", "am", "ma",
     ] {
         vocab.push(w.as_bytes().to_vec());
     }
@@ -141,6 +141,9 @@ fn classes_one_short_of_a_slice_class_are_not_taken_as_covering_it() {
         r#"root ::= [A-Ya-z]+ "!""#,
         r#"root ::= [0-9A-Za-y]+ "!""#,
         r#"root ::= "\"" [ !#-\[\]-}]* "\"""#,
+        // A gap inside the class (no `m`), and a class that does not loop.
+        r#"root ::= [a-ln-z]+ "!""#,
+        r#"root ::= [a-z] "!""#,
     ] {
         let c = Compiled::new(&gbnf::parse(src).unwrap());
         for prefix in ["", "b", "0", "B", "\""] {
