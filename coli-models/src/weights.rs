@@ -292,11 +292,7 @@ impl Linear {
                 format!("expected U8 (E8M0), found {}", scales.dtype_name),
             ));
         }
-        let bias_name = format!("{name}_bias");
-        let bias = dir
-            .tensor_shaped(&bias_name, &[n_experts, rows])?
-            .outer(e)?
-            .to_f32_vec()?;
+        let bias = expert_bias(dir, name, e, n_experts, rows)?;
         Ok(Linear {
             view: blocks.outer(e)?,
             fmt: WFormat::F4E2M1,
@@ -330,16 +326,7 @@ impl Linear {
         cols: usize,
     ) -> Result<Linear> {
         let t = dir.tensor_shaped(name, &[n_experts, parts * rows, cols])?;
-        let dtype = t.dtype()?;
-        if !matches!(dtype, DType::BF16 | DType::F16 | DType::F32) {
-            return Err(crate::error::ModelError::BadTensor {
-                name: name.to_string(),
-                msg: format!(
-                    "fused experts are read as BF16, F16 or F32; found {}",
-                    t.dtype_name
-                ),
-            });
-        }
+        let dtype = fused_float_dtype(&t, name)?;
         let mut slice = t.outer(e)?;
         slice.shape = vec![parts, rows, cols];
         Ok(Linear {
@@ -367,20 +354,8 @@ impl Linear {
         cols: usize,
     ) -> Result<Linear> {
         let t = dir.tensor_shaped(name, &[n_experts, cols, rows])?;
-        let dtype = t.dtype()?;
-        if !matches!(dtype, DType::BF16 | DType::F16 | DType::F32) {
-            return Err(crate::error::ModelError::BadTensor {
-                name: name.to_string(),
-                msg: format!(
-                    "unquantized fused experts are read as BF16, F16 or F32; found {}",
-                    t.dtype_name
-                ),
-            });
-        }
-        let bias = dir
-            .tensor_shaped(&format!("{name}_bias"), &[n_experts, rows])?
-            .outer(e)?
-            .to_f32_vec()?;
+        let dtype = fused_float_dtype(&t, name)?;
+        let bias = expert_bias(dir, name, e, n_experts, rows)?;
         Ok(Linear {
             view: t.outer(e)?,
             fmt: float_format(dtype),
@@ -598,6 +573,37 @@ impl Linear {
     pub fn row_f32(&self, r: usize, out: &mut [f32]) {
         self.mat().dequant_row(r, out)
     }
+}
+
+/// Expert `e`'s row of `{name}_bias` `[n_experts, rows]` (gpt-oss keeps its experts'
+/// biases fused per layer, whatever the layout of their matrices).
+pub fn expert_bias(
+    dir: &ModelDir,
+    name: &str,
+    e: usize,
+    n_experts: usize,
+    rows: usize,
+) -> Result<Vec<f32>> {
+    Ok(dir
+        .tensor_shaped(&format!("{name}_bias"), &[n_experts, rows])?
+        .outer(e)?
+        .to_f32_vec()?)
+}
+
+/// The dtype of an unquantized fused expert tensor: BF16, F16 or F32, else an error naming
+/// it.
+fn fused_float_dtype(t: &TensorView, name: &str) -> Result<DType> {
+    let dtype = t.dtype()?;
+    if !matches!(dtype, DType::BF16 | DType::F16 | DType::F32) {
+        return Err(crate::error::ModelError::BadTensor {
+            name: name.to_string(),
+            msg: format!(
+                "fused experts are read as BF16, F16 or F32; found {}",
+                t.dtype_name
+            ),
+        });
+    }
+    Ok(dtype)
 }
 
 /// `src` `[rows, cols]` of `elem`-byte elements, transposed: `[cols, rows]`.

@@ -25,7 +25,7 @@ use crate::arch::{
 use crate::error::Result;
 use crate::families::skeleton::{layer_kinds, CommonConfig, Defaults, Skeleton};
 use crate::families::{Capability, Family, TensorLayout};
-use crate::weights::{load_vector, Linear};
+use crate::weights::{expert_bias, load_vector, Linear};
 
 /// `config.json` of a gpt-oss checkpoint (the keys coli reads).
 #[derive(Clone, Debug, Deserialize)]
@@ -205,12 +205,7 @@ fn load_expert(
 ) -> Result<Expert> {
     let gate_up = format!("{prefix}.gate_up_proj");
     let down = format!("{prefix}.down_proj");
-    let bias = |name: &str, rows: usize| -> Result<Vec<f32>> {
-        Ok(dir
-            .tensor_shaped(&format!("{name}_bias"), &[n_experts, rows])?
-            .outer(e)?
-            .to_f32_vec()?)
-    };
+    let bias = |name: &str, rows: usize| expert_bias(dir, name, e, n_experts, rows);
     let own = format!("{prefix}.{e}.gate_up_proj.weight");
     if dir.has(&own) {
         // Per expert, `[out, in]`, in any format `Linear::load` reads: what `coli convert`
