@@ -164,3 +164,48 @@ fn classes_one_short_of_a_slice_class_are_not_taken_as_covering_it() {
         }
     }
 }
+
+/// States where the mask's slice shortcuts must look past the first step: a class whose
+/// ranges start before a slice class and leave a gap in it (`[Z-ln-z]`, no `m`); a state
+/// whose characters lead to a loop and, for one character, to a state that takes only
+/// letters (the shortcut must check where every character leads, not only the first
+/// state); a state that treats the space apart, where the other characters lead to a loop
+/// and the space to a state that takes one more character. Every mask equals feeding each
+/// token alone, before and after each prefix.
+#[test]
+fn shortcuts_follow_every_state_a_class_reaches() {
+    use coli_grammar::{gbnf, TokenMask, TokenTrie};
+    let mut vocab: Vec<Vec<u8>> = (0x20u8..0x7F).map(|c| vec![c]).collect();
+    for w in [
+        "x ", "x!", "xa", "xab", "abc", "a b", " a", " ab", "  ", "mm", "ab", "Zm", "am", "ma",
+        "Zl", "0a", "a0", "abcdef", "a\"", "é", "aé",
+    ] {
+        vocab.push(w.as_bytes().to_vec());
+    }
+    let trie = TokenTrie::new(&vocab);
+    let mut mask = TokenMask::default();
+    for src in [
+        r#"root ::= [Z-ln-zé]+ "!""#,
+        r#"root ::= [Z-ln-z]+ "!""#,
+        r#"root ::= "\"" ( "x" [a-z]* | [^"\\x] [^"\\]* ) "\"""#,
+        r#"root ::= "\"" ( " " [^"\\]? | [^"\\ ] [^"\\]* ) "\"""#,
+    ] {
+        let c = Compiled::new(&gbnf::parse(src).unwrap());
+        for prefix in ["", "Z", "a", "\"", "\"x", "\" ", "\"a"] {
+            let mut m = c.matcher();
+            if !m.accept_bytes(prefix.as_bytes()) {
+                continue;
+            }
+            trie.mask(&m, &mut mask);
+            for (id, bytes) in vocab.iter().enumerate() {
+                let want = m.clone().accept_bytes(bytes);
+                assert_eq!(
+                    mask.is_allowed(id as u32),
+                    want,
+                    "{src} after {prefix:?}: token {:?}",
+                    String::from_utf8_lossy(bytes)
+                );
+            }
+        }
+    }
+}
