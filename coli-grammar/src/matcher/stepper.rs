@@ -205,8 +205,19 @@ impl Stepper<'_> {
     /// Sorts every ASCII character of `s` at once into groups: characters the same stacks
     /// accept lead to the same state, so each group is advanced once, when first used.
     pub(super) fn fill_ascii(&mut self, s: u32) {
-        let tops = &self.dfa.states[s as usize];
-        if tops.len() > 64 {
+        // Tops with the same ASCII set take the same characters, so a character's group is
+        // decided by the distinct sets that hold it (many stacks under different
+        // continuations share a few sets).
+        let mut sets: Vec<u128> = Vec::new();
+        for &top in &self.dfa.states[s as usize] {
+            if let Some(e) = self.g.top_elem(&self.dfa.frames, top) {
+                let set = e.ascii_set();
+                if set != 0 && !sets.contains(&set) {
+                    sets.push(set);
+                }
+            }
+        }
+        if sets.len() > 64 {
             for c in 0..128u32 {
                 let t = self.compute(s, c);
                 self.dfa.trans[s as usize * 256 + c as usize] = t;
@@ -214,13 +225,11 @@ impl Stepper<'_> {
             return;
         }
         let mut sigs = [0u64; 128];
-        for (k, &top) in tops.iter().enumerate() {
-            if let Some(e) = self.g.top_elem(&self.dfa.frames, top) {
-                let mut set = e.ascii_set();
-                while set != 0 {
-                    sigs[set.trailing_zeros() as usize] |= 1 << k;
-                    set &= set - 1;
-                }
+        for (k, &set) in sets.iter().enumerate() {
+            let mut set = set;
+            while set != 0 {
+                sigs[set.trailing_zeros() as usize] |= 1 << k;
+                set &= set - 1;
             }
         }
         let mut done: Vec<(u64, u32)> = Vec::new();

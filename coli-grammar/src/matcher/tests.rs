@@ -371,3 +371,81 @@ fn characters_advance_and_dead_ends_are_only_at_the_end() {
     assert!(m.is_complete() && m.is_dead_end());
     assert!(!m.accept_char('7'));
 }
+
+/// States of hundreds of stacks: 150 alternatives that each take letters, then a dash,
+/// then a suffix of their own (so every state holds 150 copies of the same letter class
+/// under different continuations, and then 150 suffix tops), and 90 alternatives that
+/// each start with a different character (more distinct ASCII sets than the grouping
+/// takes). Every text agrees with a recognizer written by hand.
+#[test]
+fn states_of_hundreds_of_stacks_step_as_each_stack_would() {
+    let suffix = |i: usize| {
+        let l = |k: usize| char::from(b'a' + (k % 26) as u8);
+        format!("{}{}", l(i / 26), l(i))
+    };
+    let n = 150;
+    let mut src = String::from("root ::= ");
+    src.push_str(
+        &(0..n)
+            .map(|i| format!("w{i}"))
+            .collect::<Vec<_>>()
+            .join(" | "),
+    );
+    src.push_str(" | pairs");
+    for i in 0..n {
+        src.push_str(&format!("\nw{i} ::= [a-z]+ \"-\" \"{}\"", suffix(i)));
+    }
+    // 90 first characters, each with its own second one: `!` then `0`, `"` then `1`...
+    let firsts: Vec<(char, char)> = (0..90u8)
+        .map(|i| (char::from(b'!' + i), char::from(b'0' + i % 10)))
+        .filter(|&(a, _)| a != '"' && a != '\\')
+        .collect();
+    src.push_str("\npairs ::= ");
+    src.push_str(
+        &firsts
+            .iter()
+            .map(|(a, b)| format!("\"{a}\" \"{b}\""))
+            .collect::<Vec<_>>()
+            .join(" | "),
+    );
+    let c = g(&src);
+    let reference = |t: &str| {
+        if let Some((letters, rest)) = t.split_once('-') {
+            if !letters.is_empty()
+                && letters.bytes().all(|b| b.is_ascii_lowercase())
+                && (0..n).any(|i| suffix(i) == rest)
+            {
+                return true;
+            }
+        }
+        let cs: Vec<char> = t.chars().collect();
+        cs.len() == 2 && firsts.contains(&(cs[0], cs[1]))
+    };
+    let mut texts: Vec<String> = Vec::new();
+    for i in (0..n).step_by(7).chain([n - 1]) {
+        for letters in ["a", "xyz", "q"] {
+            texts.push(format!("{letters}-{}", suffix(i)));
+        }
+    }
+    texts.extend(["-aa", "a-", "a-zz", "ab-f", "A-aa", "a-aaa", "aa", "a--aa"].map(String::from));
+    for &(a, b) in &firsts {
+        texts.push(format!("{a}{b}"));
+        texts.push(format!(
+            "{a}{}",
+            if b == '9' {
+                '0'
+            } else {
+                char::from(b as u8 + 1)
+            }
+        ));
+        texts.push(a.to_string());
+    }
+    let mut accepted = 0;
+    for t in &texts {
+        let want = reference(t);
+        accepted += want as usize;
+        assert_eq!(Matcher::matches(&c, t), want, "{t:?}");
+    }
+    // Both kinds of text occur.
+    assert!(accepted > 100 && accepted < texts.len() - 100, "{accepted}");
+}

@@ -1,0 +1,66 @@
+//! The first mask of a schema's first key, each time with a fresh automaton (the cold masks
+//! at the start of a key were the tail of issue 17):
+//! `cargo run --release -p coli-grammar --example cold_key -- tokenizer.json schema.json [N]`.
+//! Prints the median and maximum of N runs and the automaton's size after the mask.
+use coli_grammar::{compile_schema, Compiled, TokenMask, TokenTrie};
+use std::time::Instant;
+
+/// GPT-2's byte ↔ character table, inverted: the bytes of a byte-level BPE token.
+fn token_bytes(tok: &str) -> Vec<u8> {
+    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).collect();
+    printable.extend(0xA1..=0xAC);
+    printable.extend(0xAE..=0xFF);
+    let mut map = std::collections::HashMap::new();
+    let mut n = 0;
+    for b in 0..256u32 {
+        if printable.contains(&b) {
+            map.insert(char::from_u32(b).unwrap(), b as u8);
+        } else {
+            map.insert(char::from_u32(256 + n).unwrap(), b as u8);
+            n += 1;
+        }
+    }
+    tok.chars().filter_map(|c| map.get(&c).copied()).collect()
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (Some(tok), Some(schema)) = (args.next(), args.next()) else {
+        eprintln!("usage: cold_key tokenizer.json schema.json [runs]");
+        std::process::exit(2);
+    };
+    let runs: usize = args
+        .next()
+        .map_or(20, |r| r.parse().expect("runs: a count"));
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tok).unwrap()).unwrap();
+    let vmap = t["model"]["vocab"].as_object().unwrap();
+    let mut vocab = vec![Vec::new(); vmap.len()];
+    for (k, id) in vmap {
+        vocab[id.as_u64().unwrap() as usize] = token_bytes(k);
+    }
+    let trie = TokenTrie::new(&vocab);
+    let grammar = compile_schema(&std::fs::read_to_string(schema).unwrap()).unwrap();
+    let mut mask = TokenMask::default();
+    let mut us = Vec::new();
+    let mut sizes = (0, 0, 0);
+    let mut stacks = 0;
+    for _ in 0..runs {
+        let c = Compiled::new(&grammar);
+        let mut m = c.matcher();
+        assert!(m.accept_bytes(b"{\""), "the schema takes no object");
+        stacks = m.state().0.len();
+        let t0 = Instant::now();
+        trie.mask(&m, &mut mask);
+        us.push(t0.elapsed().as_secs_f64() * 1e6);
+        sizes = c.automaton_size();
+    }
+    us.sort_by(f64::total_cmp);
+    println!(
+        "cold first key: median {:.1} us, max {:.1} us; {} tokens allowed; {stacks} stacks at the \
+         key; automaton (states, transitions, unfinished) {sizes:?}",
+        us[us.len() / 2],
+        us[us.len() - 1],
+        mask.count()
+    );
+}
