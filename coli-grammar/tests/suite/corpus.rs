@@ -170,7 +170,8 @@ fn classes_one_short_of_a_slice_class_are_not_taken_as_covering_it() {
 /// whose characters lead to a loop and, for one character, to a state that takes only
 /// letters (the shortcut must check where every character leads, not only the first
 /// state); a state that treats the space apart, where the other characters lead to a loop
-/// and the space to a state that takes one more character. Every mask equals feeding each
+/// and the space to a state that takes one more character; the narrower slices, asked
+/// where a non-ASCII character makes the first decline. Every mask equals feeding each
 /// token alone, before and after each prefix.
 #[test]
 fn shortcuts_follow_every_state_a_class_reaches() {
@@ -178,7 +179,7 @@ fn shortcuts_follow_every_state_a_class_reaches() {
     let mut vocab: Vec<Vec<u8>> = (0x20u8..0x7F).map(|c| vec![c]).collect();
     for w in [
         "x ", "x!", "xa", "xab", "abc", "a b", " a", " ab", "  ", "mm", "ab", "Zm", "am", "ma",
-        "Zl", "0a", "a0", "abcdef", "a\"", "é", "aé",
+        "Zl", "0a", "a0", "abcdef", "a\"", "é", "aé", "z", "zz", "az", "A", "Ab", "09",
     ] {
         vocab.push(w.as_bytes().to_vec());
     }
@@ -187,6 +188,14 @@ fn shortcuts_follow_every_state_a_class_reaches() {
     for src in [
         r#"root ::= [Z-ln-zé]+ "!""#,
         r#"root ::= [Z-ln-z]+ "!""#,
+        // With `é` in the class, the plain-content slice declines and the narrower
+        // slices are asked: a gap (no `m`), a class one short of `[a-z]`.
+        r#"root ::= [a-ln-zé]+ "!""#,
+        r#"root ::= [a-yé]+ "!""#,
+        // Letters and the space lead to loops over letters and digits, digits and
+        // capitals are refused: the alphanumeric slice's representative must be one of
+        // its own characters, not the space.
+        r#"root ::= [a-z] [0-9A-Za-z]* "!" | " " [0-9A-Za-z]* "!" | "é" "!""#,
         r#"root ::= "\"" ( "x" [a-z]* | [^"\\x] [^"\\]* ) "\"""#,
         r#"root ::= "\"" ( " " [^"\\]? | [^"\\ ] [^"\\]* ) "\"""#,
     ] {
