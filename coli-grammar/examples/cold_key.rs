@@ -1,7 +1,10 @@
 //! The first mask of a schema's first key, each time with a fresh automaton (the cold masks
 //! at the start of a key were the tail of issue 17):
-//! `cargo run --release -p coli-grammar --example cold_key -- tokenizer.json schema.json [N]`.
-//! Prints the median and maximum of N runs and the automaton's size after the mask.
+//! `cargo run --release -p coli-grammar --example cold_key -- tokenizer.json schema.json [N] [instance.json]`.
+//! With an instance: every position of it, each with a fresh automaton (`SEQ=1`: one
+//! automaton for the whole instance, as a generation uses it), and the N slowest masks with
+//! the states each built. Without one: the median and maximum of N runs of the first key's
+//! mask and the automaton's size after it.
 use coli_grammar::{compile_schema, Compiled, TokenMask, TokenTrie};
 use std::time::Instant;
 
@@ -26,12 +29,13 @@ fn token_bytes(tok: &str) -> Vec<u8> {
 fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(tok), Some(schema)) = (args.next(), args.next()) else {
-        eprintln!("usage: cold_key tokenizer.json schema.json [runs]");
+        eprintln!("usage: cold_key tokenizer.json schema.json [runs] [instance.json]");
         std::process::exit(2);
     };
     let runs: usize = args
         .next()
         .map_or(20, |r| r.parse().expect("runs: a count"));
+    let instance = args.next();
     let t: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(tok).unwrap()).unwrap();
     let vmap = t["model"]["vocab"].as_object().unwrap();
@@ -42,6 +46,48 @@ fn main() {
     let trie = TokenTrie::new(&vocab);
     let grammar = compile_schema(&std::fs::read_to_string(schema).unwrap()).unwrap();
     let mut mask = TokenMask::default();
+    if let Some(path) = instance {
+        // Every position of an instance, each with a fresh automaton: the slowest masks.
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let text = v.to_string();
+        let seq = trie.greedy_tokens(text.as_bytes());
+        let mut rows = Vec::new();
+        // SEQ=1: one automaton for the whole instance, as a generation uses it (a mask
+        // before each token), instead of a fresh one per position.
+        let seq_mode = std::env::var("SEQ").is_ok();
+        let shared = Compiled::new(&grammar);
+        for upto in 0..seq.len() {
+            let fresh;
+            let c = if seq_mode {
+                &shared
+            } else {
+                fresh = Compiled::new(&grammar);
+                &fresh
+            };
+            let mut m = c.matcher();
+            let mut done = Vec::new();
+            for &t in &seq[..upto] {
+                assert!(
+                    m.accept_bytes(&vocab[t as usize]),
+                    "the instance is refused"
+                );
+                done.extend_from_slice(&vocab[t as usize]);
+            }
+            let before = c.automaton_size().0;
+            let t0 = Instant::now();
+            trie.mask(&m, &mut mask);
+            let us = t0.elapsed().as_secs_f64() * 1e6;
+            let tail = String::from_utf8_lossy(&done[done.len().saturating_sub(40)..]).to_string();
+            let states = format!("{before} -> {}", c.automaton_size().0);
+            rows.push((us, upto, states, m.state().0.len(), tail));
+        }
+        rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+        for (us, at, states, stacks, tail) in rows.iter().take(runs) {
+            println!("{us:8.1} us  token {at:4}  states {states:12}  {stacks:4} stacks  ...{tail}");
+        }
+        return;
+    }
     let mut us = Vec::new();
     let mut sizes = (0, 0, 0);
     let mut stacks = 0;
