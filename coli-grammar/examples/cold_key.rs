@@ -74,12 +74,16 @@ fn main() {
                 );
                 done.extend_from_slice(&vocab[t as usize]);
             }
-            let before = c.automaton_size().0;
+            let before = c.automaton_size();
             let t0 = Instant::now();
             trie.mask(&m, &mut mask);
             let us = t0.elapsed().as_secs_f64() * 1e6;
             let tail = String::from_utf8_lossy(&done[done.len().saturating_sub(40)..]).to_string();
-            let states = format!("{before} -> {}", c.automaton_size().0);
+            let after = c.automaton_size();
+            let states = format!(
+                "{} -> {} ({} -> {} unfinished)",
+                before.0, after.0, before.2, after.2
+            );
             rows.push((us, upto, states, m.state().0.len(), tail));
         }
         rows.sort_by(|a, b| b.0.total_cmp(&a.0));
