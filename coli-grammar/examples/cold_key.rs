@@ -57,7 +57,12 @@ fn main() {
         // before each token), instead of a fresh one per position.
         let seq_mode = std::env::var("SEQ").is_ok();
         let shared = Compiled::new(&grammar);
-        for upto in 0..seq.len() {
+        // AT=K: only position K, `runs` times (for a profiler).
+        let positions: Vec<usize> = match std::env::var("AT") {
+            Ok(k) => vec![k.parse().expect("AT: a token index"); runs],
+            Err(_) => (0..seq.len()).collect(),
+        };
+        for upto in positions {
             let fresh;
             let c = if seq_mode {
                 &shared
