@@ -36,6 +36,14 @@ fn fold_fp8_rescale(scales: &[f32]) -> bool {
         .all(|&s| !s.is_finite() || (s * 256.0).is_finite())
 }
 
+/// Whether FP8 e4m3 bytes hold a NaN encoding (`S.1111.111`): `(b & 0x7F) + 1` reaches
+/// 0x80 for those bytes only. One pass without an early exit, so it vectorizes; the vector
+/// loops then skip the NaN mapping for rows without any.
+#[inline(always)]
+fn fp8_has_nan(row: &[u8]) -> bool {
+    row.iter().fold(0u8, |m, &b| m | ((b & 0x7F) + 1)) & 0x80 != 0
+}
+
 /// Accumulates elements `start..` (the part a vector loop left) into their lanes.
 #[inline(always)]
 fn tail_scaled(
@@ -284,6 +292,22 @@ mod x86 {
                     }
                 })
             ),
+            WFormat::F8E4M3 if !rows.iter().any(|r| super::fp8_has_nan(r)) => scaled_loop!(
+                |s: f32| _mm512_set1_ps(s * F16_RESCALE),
+                scales,
+                bc,
+                next,
+                lines,
+                main,
+                acc,
+                |i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
+                    let xv = _mm512_loadu_ps(xp.add(i));
+                    for r in 0..R {
+                        let w = _mm512_mul_ps(e4m3x16::<false>(rows[r].as_ptr().add(i)), sv[r]);
+                        acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
+                    }
+                }
+            ),
             WFormat::F8E4M3 => scaled_loop!(
                 |s: f32| _mm512_set1_ps(s * F16_RESCALE),
                 scales,
@@ -295,7 +319,7 @@ mod x86 {
                 |i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
                     let xv = _mm512_loadu_ps(xp.add(i));
                     for r in 0..R {
-                        let w = _mm512_mul_ps(e4m3x16(rows[r].as_ptr().add(i)), sv[r]);
+                        let w = _mm512_mul_ps(e4m3x16::<true>(rows[r].as_ptr().add(i)), sv[r]);
                         acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
                     }
                 }
@@ -349,14 +373,19 @@ mod x86 {
     /// subnormals become f16 subnormals, which the hardware conversion to f32 turns into
     /// normal f32s (no denormal operand ever reaches the multiplier). The byte is
     /// sign-extended, so one shift places the sign too (the copy it leaves in the
-    /// exponent's top bit is cleared). NaN encodings become an f16 NaN with their sign.
+    /// exponent's top bit is cleared). With `NAN`, NaN encodings become an f16 NaN with
+    /// their sign; without, the caller has checked that the bytes hold none
+    /// ([`super::fp8_has_nan`]), and the four operations that map them are skipped.
     #[inline(always)]
-    unsafe fn e4m3_as_f16x16(b: __m128i) -> __m256i {
+    unsafe fn e4m3_as_f16x16<const NAN: bool>(b: __m128i) -> __m256i {
         let sx = _mm256_cvtepi8_epi16(b);
         let bits = _mm256_and_si256(
             _mm256_slli_epi16(sx, 7),
             _mm256_set1_epi16(0xBFFFu16 as i16),
         );
+        if !NAN {
+            return bits;
+        }
         let mag = _mm256_and_si256(bits, _mm256_set1_epi16(0x7FFF));
         let nan = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x3F80));
         _mm256_blendv_epi8(bits, _mm256_or_si256(bits, _mm256_set1_epi16(0x7E00)), nan)
@@ -369,15 +398,15 @@ mod x86 {
     /// Sixteen e4m3 bytes as f32, divided by 2^8 (exact).
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    unsafe fn e4m3x16(p: *const u8) -> __m512 {
-        _mm512_cvtph_ps(e4m3_as_f16x16(_mm_loadu_si128(p.cast())))
+    unsafe fn e4m3x16<const NAN: bool>(p: *const u8) -> __m512 {
+        _mm512_cvtph_ps(e4m3_as_f16x16::<NAN>(_mm_loadu_si128(p.cast())))
     }
 
     /// Sixteen e4m3 bytes as two halves of eight f32s, divided by 2^8 (exact).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn e4m3x8x2(p: *const u8) -> (__m256, __m256) {
-        let h = e4m3_as_f16x16(_mm_loadu_si128(p.cast()));
+    unsafe fn e4m3x8x2<const NAN: bool>(p: *const u8) -> (__m256, __m256) {
+        let h = e4m3_as_f16x16::<NAN>(_mm_loadu_si128(p.cast()));
         (
             _mm256_cvtph_ps(_mm256_castsi256_si128(h)),
             _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)),
@@ -457,6 +486,25 @@ mod x86 {
                     }
                 )
             ),
+            WFormat::F8E4M3 if !rows.iter().any(|r| super::fp8_has_nan(r)) => scaled_loop!(
+                |s: f32| _mm256_set1_ps(s * F16_RESCALE),
+                scales,
+                bc,
+                next,
+                lines,
+                main,
+                acc,
+                |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
+                    for r in 0..R {
+                        fma2(
+                            &mut acc[r],
+                            e4m3x8x2::<false>(rows[r].as_ptr().add(i)),
+                            sv[r],
+                            i,
+                        );
+                    }
+                }
+            ),
             WFormat::F8E4M3 => scaled_loop!(
                 |s: f32| _mm256_set1_ps(s * F16_RESCALE),
                 scales,
@@ -467,7 +515,12 @@ mod x86 {
                 acc,
                 |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
                     for r in 0..R {
-                        fma2(&mut acc[r], e4m3x8x2(rows[r].as_ptr().add(i)), sv[r], i);
+                        fma2(
+                            &mut acc[r],
+                            e4m3x8x2::<true>(rows[r].as_ptr().add(i)),
+                            sv[r],
+                            i,
+                        );
                     }
                 }
             ),
@@ -540,8 +593,11 @@ mod tests {
             let mut s = seed | 1;
             let mut next = move || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
             let x: Vec<f32> = (0..n).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0).collect();
-            // Any byte, FP8's NaN encodings included.
-            let rows: Vec<Vec<u8>> = (0..4).map(|_| (0..fmt.row_bytes(n)).map(|_| (next() >> 32) as u8).collect()).collect();
+            // Any byte, FP8's NaN encodings included; in half the cases none (FP8 rows
+            // without a NaN take the vector loops' shorter conversion).
+            let nan_free = seed & 2 == 0;
+            let byte = |b: u8| if nan_free && b & 0x7F == 0x7F { b ^ 1 } else { b };
+            let rows: Vec<Vec<u8>> = (0..4).map(|_| (0..fmt.row_bytes(n)).map(|_| byte((next() >> 32) as u8)).collect()).collect();
             let scales: Vec<Vec<f32>> = (0..4).map(|_| (0..n.div_ceil(bc)).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 * 0.02 + 1e-4).collect()).collect();
             let want: Vec<u32> = (0..4).map(|r| {
                 let mut deq = vec![0.0f32; n];
@@ -621,6 +677,59 @@ mod tests {
     const FP4_VALUES_PLUS_ZERO: [f32; 16] = [
         0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
     ];
+
+    #[test]
+    fn fp8_rows_with_and_without_nan_give_the_reference_bits() {
+        // Every finite e4m3 byte, both signs, in a long row; then the same row with one
+        // NaN encoding (0x7F or 0xFF) placed inside the vector loop's part.
+        let n = 1024;
+        let finite: Vec<u8> = (0..n)
+            .map(|i| {
+                let b = (i * 37 % 256) as u8;
+                if b & 0x7F == 0x7F {
+                    b ^ 2
+                } else {
+                    b
+                }
+            })
+            .collect();
+        assert!(!fp8_has_nan(&finite));
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 13 % 29) as f32 - 14.0) / 8.0)
+            .collect();
+        let scales = vec![0.75f32; n / 128];
+        for nan in [None, Some(0x7Fu8), Some(0xFF)] {
+            let mut rows: Vec<Vec<u8>> = (0..4)
+                .map(|r| {
+                    let mix = |b: u8| if r == 0 { b } else { b.rotate_left(r) & 0xF7 };
+                    finite.iter().map(|&b| mix(b)).collect()
+                })
+                .collect();
+            if let Some(v) = nan {
+                rows[2][300] = v;
+            }
+            assert_eq!(rows.iter().any(|r| fp8_has_nan(r)), nan.is_some());
+            let want: Vec<u32> = rows
+                .iter()
+                .map(|r| canon(dot_scaled_scalar(WFormat::F8E4M3, r, &scales, 128, &x)))
+                .collect();
+            assert_eq!(f32::from_bits(want[2]).is_nan(), nan.is_some());
+            for isa in cpu::available() {
+                let got = dot_rows_scaled(
+                    isa,
+                    WFormat::F8E4M3,
+                    [&rows[0][..], &rows[1], &rows[2], &rows[3]],
+                    [&scales[..], &scales, &scales, &scales],
+                    128,
+                    &x,
+                    &[],
+                );
+                for r in 0..4 {
+                    assert_eq!(canon(got[r]), want[r], "{isa:?} row {r} nan {nan:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn fp8_scales_too_large_to_fold_give_the_reference_bits() {
