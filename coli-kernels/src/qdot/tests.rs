@@ -1,0 +1,188 @@
+//! The fused quantized dot products' tests.
+use super::*;
+use crate::cpu;
+use proptest::prelude::*;
+
+/// Bits, with every NaN as one value: which NaN operand an FMA chain propagates (and so
+/// its sign) depends on the instruction form the compiler picks, not on the order.
+fn canon(v: f32) -> u32 {
+    if v.is_nan() {
+        0x7FC0_0000
+    } else {
+        v.to_bits()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// Every ISA, format, length and fused block width, 1 or 4 rows: bit-identical to
+    /// the scalar reference and to the dequantized row's f32 dot product.
+    #[test]
+    fn fused_matches_dequantized_bit_for_bit(
+        n in 0usize..300,
+        blocks in 0usize..3,
+        seed in any::<u64>(),
+        fmt_i in 0usize..4,
+    ) {
+        let fmt = [WFormat::I8, WFormat::I4, WFormat::F8E4M3, WFormat::F4E2M1][fmt_i];
+        let bc = [16, 64, n.max(1)][blocks];
+        let mut s = seed | 1;
+        let mut next = move || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
+        let x: Vec<f32> = (0..n).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0).collect();
+        // Any byte, FP8's NaN encodings included; in half the cases none (FP8 rows
+        // without a NaN take the vector loops' shorter conversion).
+        let nan_free = seed & 2 == 0;
+        let byte = |b: u8| if nan_free && b & 0x7F == 0x7F { b ^ 1 } else { b };
+        let rows: Vec<Vec<u8>> = (0..4).map(|_| (0..fmt.row_bytes(n)).map(|_| byte((next() >> 32) as u8)).collect()).collect();
+        let scales: Vec<Vec<f32>> = (0..4).map(|_| (0..n.div_ceil(bc)).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 * 0.02 + 1e-4).collect()).collect();
+        let want: Vec<u32> = (0..4).map(|r| {
+            let mut deq = vec![0.0f32; n];
+            for (c, d) in deq.iter_mut().enumerate() {
+                *d = fmt.load(&rows[r], c) * scales[r][c / bc];
+            }
+            canon(crate::dot::dot_scalar(WFormat::F32, crate::dot::bytemuck_f32(&deq), &x))
+        }).collect();
+        for r in 0..4 {
+            prop_assert_eq!(canon(dot_scaled_scalar(fmt, &rows[r], &scales[r], bc, &x)), want[r]);
+        }
+        for isa in cpu::available() {
+            let got4 = dot_rows_scaled(isa, fmt, [&rows[0][..], &rows[1], &rows[2], &rows[3]], [&scales[0][..], &scales[1], &scales[2], &scales[3]], bc, &x, &rows[0]);
+            prop_assert_eq!(got4.map(canon).to_vec(), want.clone(), "{:?} {:?} x4", isa, fmt);
+            let got1 = dot_rows_scaled(isa, fmt, [&rows[3][..]], [&scales[3][..]], bc, &x, &[]);
+            prop_assert_eq!(canon(got1[0]), want[3], "{:?} {:?} x1", isa, fmt);
+        }
+    }
+}
+
+#[test]
+fn every_e4m3_byte_converts_exactly_on_every_isa() {
+    // Each byte alone in a row of 16 (the vector part) with x = 1 and scale 1: the dot
+    // is the byte's value (NaN stays NaN).
+    for b in 0..=255u8 {
+        let mut row = [0u8; 16];
+        row[5] = b;
+        let x = [1.0f32; 16];
+        // The table's value (a -0 byte sums to +0: the lanes start at +0).
+        let want = coli_core::FP8_E4M3_TABLE[b as usize];
+        let reference = dot_scaled_scalar(WFormat::F8E4M3, &row, &[1.0], 16, &x);
+        assert!(
+            reference == want || (reference.is_nan() && want.is_nan()),
+            "{b:#x}"
+        );
+        for isa in cpu::available() {
+            let got =
+                dot_rows_scaled(isa, WFormat::F8E4M3, [&row[..]], [&[1.0][..]], 16, &x, &[])[0];
+            assert!(
+                got.to_bits() == reference.to_bits() || (got.is_nan() && want.is_nan()),
+                "{b:#x} {isa:?}: {got} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_e2m1_nibble_converts_exactly_on_every_isa() {
+    // Each nibble alone (low and high) in a row of 32 with x = 1 and scale 1: the dot is
+    // the nibble's value from the table (-0 sums to +0: the lanes start at +0).
+    for nib in 0..16u8 {
+        for high in [false, true] {
+            let mut row = [0u8; 16];
+            row[3] = if high { nib << 4 } else { nib };
+            let x = [1.0f32; 32];
+            let want = FP4_VALUES_PLUS_ZERO[nib as usize];
+            for isa in cpu::available() {
+                for bc in [16, 32] {
+                    let s = vec![1.0f32; 32 / bc];
+                    let got =
+                        dot_rows_scaled(isa, WFormat::F4E2M1, [&row[..]], [&s[..]], bc, &x, &[])[0];
+                    assert_eq!(got.to_bits(), want.to_bits(), "{nib} high={high} {isa:?}");
+                }
+            }
+        }
+    }
+}
+
+/// The e2m1 values with -0 read as +0 (what a sum starting at +0 gives).
+const FP4_VALUES_PLUS_ZERO: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
+
+#[test]
+fn fp8_rows_with_and_without_nan_give_the_reference_bits() {
+    // Every finite e4m3 byte, both signs, in a long row; then the same row with one
+    // NaN encoding (0x7F or 0xFF) placed inside the vector loop's part.
+    let n = 1024;
+    let finite: Vec<u8> = (0..n)
+        .map(|i| {
+            let b = (i * 37 % 256) as u8;
+            if b & 0x7F == 0x7F {
+                b ^ 2
+            } else {
+                b
+            }
+        })
+        .collect();
+    assert!(!fp8_has_nan(&finite));
+    let x: Vec<f32> = (0..n)
+        .map(|i| ((i * 13 % 29) as f32 - 14.0) / 8.0)
+        .collect();
+    let scales = vec![0.75f32; n / 128];
+    for nan in [None, Some(0x7Fu8), Some(0xFF)] {
+        let mut rows: Vec<Vec<u8>> = (0..4)
+            .map(|r| {
+                let mix = |b: u8| if r == 0 { b } else { b.rotate_left(r) & 0xF7 };
+                finite.iter().map(|&b| mix(b)).collect()
+            })
+            .collect();
+        if let Some(v) = nan {
+            rows[2][300] = v;
+        }
+        assert_eq!(rows.iter().any(|r| fp8_has_nan(r)), nan.is_some());
+        let want: Vec<u32> = rows
+            .iter()
+            .map(|r| canon(dot_scaled_scalar(WFormat::F8E4M3, r, &scales, 128, &x)))
+            .collect();
+        assert_eq!(f32::from_bits(want[2]).is_nan(), nan.is_some());
+        for isa in cpu::available() {
+            let got = dot_rows_scaled(
+                isa,
+                WFormat::F8E4M3,
+                [&rows[0][..], &rows[1], &rows[2], &rows[3]],
+                [&scales[..], &scales, &scales, &scales],
+                128,
+                &x,
+                &[],
+            );
+            for r in 0..4 {
+                assert_eq!(canon(got[r]), want[r], "{isa:?} row {r} nan {nan:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn fp8_scales_too_large_to_fold_give_the_reference_bits() {
+    // A scale whose 2^8 multiple overflows: the vector loops cannot fold it and must
+    // still give the reference's bits (here a finite product for small weights).
+    let n = 64;
+    let row: Vec<u8> = (0..n).map(|i| (i % 8) as u8).collect(); // e4m3 subnormals
+    let x: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.01).collect();
+    let scales = [f32::MAX / 2.0];
+    let want = dot_scaled_scalar(WFormat::F8E4M3, &row, &scales, n, &x);
+    assert!(want.is_finite());
+    for isa in cpu::available() {
+        let got = dot_rows_scaled(isa, WFormat::F8E4M3, [&row[..]], [&scales[..]], n, &x, &[]);
+        assert_eq!(got[0].to_bits(), want.to_bits(), "{isa:?}");
+    }
+}
+
+#[test]
+fn layouts_the_vector_loop_cannot_take_are_refused() {
+    assert!(fused_layout(WFormat::I8, 2048, 2048));
+    assert!(fused_layout(WFormat::I4, 64, 2048));
+    assert!(fused_layout(WFormat::F8E4M3, 128, 300));
+    assert!(fused_layout(WFormat::F4E2M1, 32, 2880));
+    assert!(!fused_layout(WFormat::F8E4M3, 24, 300));
+    assert!(!fused_layout(WFormat::BF16, 64, 128));
+    assert!(!fused_layout(WFormat::I8, 0, 128));
+}
