@@ -5,23 +5,8 @@
 use coli_grammar::{compile_schema, Compiled, TokenMask, TokenTrie};
 use std::time::Instant;
 
-/// GPT-2's byte ↔ character table, inverted: the bytes of a byte-level BPE token.
-fn token_bytes(tok: &str) -> Vec<u8> {
-    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).collect();
-    printable.extend(0xA1..=0xAC);
-    printable.extend(0xAE..=0xFF);
-    let mut map = std::collections::HashMap::new();
-    let mut n = 0;
-    for b in 0..256u32 {
-        if printable.contains(&b) {
-            map.insert(char::from_u32(b).unwrap(), b as u8);
-        } else {
-            map.insert(char::from_u32(256 + n).unwrap(), b as u8);
-            n += 1;
-        }
-    }
-    tok.chars().filter_map(|c| map.get(&c).copied()).collect()
-}
+#[path = "shared/vocab.rs"]
+mod vocab;
 
 fn pct(v: &[f64], p: f64) -> f64 {
     v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
@@ -29,13 +14,7 @@ fn pct(v: &[f64], p: f64) -> f64 {
 
 fn main() {
     let path = std::env::args().nth(1).expect("tokenizer.json");
-    let t: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let vmap = t["model"]["vocab"].as_object().unwrap();
-    let mut vocab = vec![Vec::new(); vmap.len()];
-    for (k, id) in vmap {
-        vocab[id.as_u64().unwrap() as usize] = token_bytes(k);
-    }
+    let vocab = vocab::load_vocab(&path);
     let trie = TokenTrie::new(&vocab);
     let mut mask = TokenMask::default();
     let dirs = [
