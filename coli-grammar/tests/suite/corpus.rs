@@ -124,15 +124,12 @@ fn masks_with_the_slice_shortcut_equal_walking_every_token() {
 /// covered. Every mask equals feeding each token alone, before and after a first character.
 #[test]
 fn classes_one_short_of_a_slice_class_are_not_taken_as_covering_it() {
-    use coli_grammar::{gbnf, TokenMask, TokenTrie};
     let mut vocab: Vec<Vec<u8>> = (0x20u8..0x7F).map(|c| vec![c]).collect();
     for w in [
         "az", "za", "zz", "ay", "09", "90", "AZ", "ZA", "BZ", "a~", "~~", "ab", "yy", "am", "ma",
     ] {
         vocab.push(w.as_bytes().to_vec());
     }
-    let trie = TokenTrie::new(&vocab);
-    let mut mask = TokenMask::default();
     for src in [
         r#"root ::= [a-y]+ "!""#,
         r#"root ::= [b-z]+ "!""#,
@@ -145,23 +142,7 @@ fn classes_one_short_of_a_slice_class_are_not_taken_as_covering_it() {
         r#"root ::= [a-ln-z]+ "!""#,
         r#"root ::= [a-z] "!""#,
     ] {
-        let c = Compiled::new(&gbnf::parse(src).unwrap());
-        for prefix in ["", "b", "0", "B", "\""] {
-            let mut m = c.matcher();
-            if !m.accept_bytes(prefix.as_bytes()) {
-                continue;
-            }
-            trie.mask(&m, &mut mask);
-            for (id, bytes) in vocab.iter().enumerate() {
-                let want = m.clone().accept_bytes(bytes);
-                assert_eq!(
-                    mask.is_allowed(id as u32),
-                    want,
-                    "{src} after {prefix:?}: token {:?}",
-                    String::from_utf8_lossy(bytes)
-                );
-            }
-        }
+        masks_equal_feeding_each_token(src, &vocab, &["", "b", "0", "B", "\""]);
     }
 }
 
@@ -175,7 +156,6 @@ fn classes_one_short_of_a_slice_class_are_not_taken_as_covering_it() {
 /// token alone, before and after each prefix.
 #[test]
 fn shortcuts_follow_every_state_a_class_reaches() {
-    use coli_grammar::{gbnf, TokenMask, TokenTrie};
     let mut vocab: Vec<Vec<u8>> = (0x20u8..0x7F).map(|c| vec![c]).collect();
     for w in [
         "x ", "x!", "xa", "xab", "abc", "a b", " a", " ab", "  ", "mm", "ab", "Zm", "am", "ma",
@@ -183,8 +163,6 @@ fn shortcuts_follow_every_state_a_class_reaches() {
     ] {
         vocab.push(w.as_bytes().to_vec());
     }
-    let trie = TokenTrie::new(&vocab);
-    let mut mask = TokenMask::default();
     for src in [
         r#"root ::= [Z-ln-zé]+ "!""#,
         r#"root ::= [Z-ln-z]+ "!""#,
@@ -199,22 +177,31 @@ fn shortcuts_follow_every_state_a_class_reaches() {
         r#"root ::= "\"" ( "x" [a-z]* | [^"\\x] [^"\\]* ) "\"""#,
         r#"root ::= "\"" ( " " [^"\\]? | [^"\\ ] [^"\\]* ) "\"""#,
     ] {
-        let c = Compiled::new(&gbnf::parse(src).unwrap());
-        for prefix in ["", "Z", "a", "\"", "\"x", "\" ", "\"a"] {
-            let mut m = c.matcher();
-            if !m.accept_bytes(prefix.as_bytes()) {
-                continue;
-            }
-            trie.mask(&m, &mut mask);
-            for (id, bytes) in vocab.iter().enumerate() {
-                let want = m.clone().accept_bytes(bytes);
-                assert_eq!(
-                    mask.is_allowed(id as u32),
-                    want,
-                    "{src} after {prefix:?}: token {:?}",
-                    String::from_utf8_lossy(bytes)
-                );
-            }
+        masks_equal_feeding_each_token(src, &vocab, &["", "Z", "a", "\"", "\"x", "\" ", "\"a"]);
+    }
+}
+
+/// Under GBNF `src`, after each prefix it accepts, the mask allows exactly the tokens of
+/// `vocab` that the matcher takes when fed alone.
+fn masks_equal_feeding_each_token(src: &str, vocab: &[Vec<u8>], prefixes: &[&str]) {
+    use coli_grammar::{gbnf, TokenMask, TokenTrie};
+    let trie = TokenTrie::new(vocab);
+    let mut mask = TokenMask::default();
+    let c = Compiled::new(&gbnf::parse(src).unwrap());
+    for prefix in prefixes {
+        let mut m = c.matcher();
+        if !m.accept_bytes(prefix.as_bytes()) {
+            continue;
+        }
+        trie.mask(&m, &mut mask);
+        for (id, bytes) in vocab.iter().enumerate() {
+            let want = m.clone().accept_bytes(bytes);
+            assert_eq!(
+                mask.is_allowed(id as u32),
+                want,
+                "{src} after {prefix:?}: token {:?}",
+                String::from_utf8_lossy(bytes)
+            );
         }
     }
 }
