@@ -395,7 +395,8 @@ fn states_of_hundreds_of_stacks_step_as_each_stack_would() {
     for i in 0..n {
         src.push_str(&format!("\nw{i} ::= [a-z]+ \"-\" \"{}\"", suffix(i)));
     }
-    // 90 first characters, each with its own second one: `!` then `0`, `"` then `1`...
+    // 88 first characters (90 from `!` on, without `"` and `\`), each with its own second
+    // one: `!` then `0`, `#` then `2`...
     let firsts: Vec<(char, char)> = (0..90u8)
         .map(|i| (char::from(b'!' + i), char::from(b'0' + i % 10)))
         .filter(|&(a, _)| a != '"' && a != '\\')
