@@ -139,7 +139,7 @@ pub fn dot_rows_scaled<const R: usize>(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{tail_scaled, LANES};
-    use crate::dot::x86::{prefetch_next, reduce16_avx2};
+    use crate::dot::x86::{prefetch_next, reduce16_avx2, reduce16_avx512};
     use crate::dot::{reduce_lanes, WFormat, FP4_E2M1_VALUES};
     use std::arch::x86_64::*;
 
@@ -356,6 +356,10 @@ mod x86 {
         }
         let mut out = [0.0; R];
         for r in 0..R {
+            if main == x.len() {
+                out[r] = reduce16_avx512(acc[r]);
+                continue;
+            }
             let mut lanes = [0.0f32; LANES];
             _mm512_storeu_ps(lanes.as_mut_ptr(), acc[r]);
             tail_scaled(fmt, rows[r], scales[r], bc, x, main, &mut lanes);
