@@ -91,12 +91,17 @@ fn bench_scaled(c: &mut Criterion) {
     g.finish();
 }
 
-/// Prefill: 64 tokens through the demo model's MLP-up shape (1536 x 576) on one thread,
+/// Prefill: 64 tokens through the demo model's MLP shapes (up 1536 x 576, down 576 x 1536) on one thread,
 /// the register-blocked path. Throughput in "elements" is floating-point operations
 /// (2 per weight and token), so criterion's elem/s reads as FLOP/s; one Zen 4 core's f32
 /// FMA peak is 32 FLOP per cycle.
 fn bench_prefill(c: &mut Criterion) {
-    let (rows, cols, n_tok) = (1536usize, 576usize, 64usize);
+    for (rows, cols) in [(1536usize, 576usize), (576, 1536)] {
+        bench_prefill_shape(c, rows, cols, 64);
+    }
+}
+
+fn bench_prefill_shape(c: &mut Criterion, rows: usize, cols: usize, n_tok: usize) {
     let mut g = c.benchmark_group(format!("prefill_{rows}x{cols}x{n_tok}"));
     g.throughput(Throughput::Elements((2 * rows * cols * n_tok) as u64));
     let pool = rayon::ThreadPoolBuilder::new()

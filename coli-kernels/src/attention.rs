@@ -1,6 +1,7 @@
 //! Causal scaled dot-product attention of one query head over a KV cache.
 
-use crate::dot::dot_f32;
+use crate::cpu::{self, Isa};
+use crate::dot::{bytemuck_f32, dot_f32, dot_rows, WFormat};
 use crate::softmax::{softmax_inplace, softmax_with_sink};
 
 /// Keys and values of one KV head: `n_pos` rows of `head_dim`, `stride` apart, starting at `offset`.
@@ -62,24 +63,113 @@ pub fn attend_ring(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
+    attend_ring_isa(cpu::best(), q, kv, rows, span, scale, sink, scores, out)
+}
+
+/// [`attend_ring`] on the given instruction set. Every set performs the same operations
+/// in the same order, so all give the same bits: each logit is [`dot_rows`]'s f32 dot
+/// product (keys four at a time) times `scale`; each output element starts at +0 and
+/// adds `p · v` position by position, a product and then a sum (never fused), the vector
+/// paths holding a group of elements in registers across the positions.
+///
+/// # Panics
+/// If the span is longer than the ring, or `isa` does not run on this CPU.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_ring_isa(
+    isa: Isa,
+    q: &[f32],
+    kv: KvView,
+    rows: usize,
+    span: std::ops::Range<usize>,
+    scale: f32,
+    sink: Option<f32>,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
     let (hd, len) = (kv.head_dim, span.len());
     assert!(len <= rows, "a span of {len} positions in a ring of {rows}");
     // The span's rows: from the first position's row to the ring's end, then from row 0.
     let r0 = span.start % rows;
     let before_wrap = len.min(rows - r0);
-    let order = (r0..r0 + before_wrap).chain(0..len - before_wrap);
+    let segments = [r0..r0 + before_wrap, 0..len - before_wrap];
+    let row_of = |j: usize| {
+        if j < before_wrap {
+            r0 + j
+        } else {
+            j - before_wrap
+        }
+    };
+    let key = |j: usize| bytemuck_f32(&kv.keys[row_of(j) * kv.stride + kv.offset..][..hd]);
     let scores = &mut scores[..len];
-    for (r, s) in order.clone().zip(scores.iter_mut()) {
-        let k = &kv.keys[r * kv.stride + kv.offset..][..hd];
-        *s = dot_f32(q, k) * scale;
+    let mut j = 0;
+    while j + 4 <= len {
+        let v = dot_rows(
+            isa,
+            WFormat::F32,
+            [key(j), key(j + 1), key(j + 2), key(j + 3)],
+            q,
+        );
+        for (s, v) in scores[j..j + 4].iter_mut().zip(v) {
+            *s = v * scale;
+        }
+        j += 4;
+    }
+    for (j, s) in scores.iter_mut().enumerate().skip(j) {
+        *s = dot_rows(isa, WFormat::F32, [key(j)], q)[0] * scale;
     }
     match sink {
         None => softmax_inplace(scores),
         Some(sink) => softmax_with_sink(scores, sink),
     }
+    let values = Values {
+        data: kv.values,
+        stride: kv.stride,
+        offset: kv.offset,
+        segments,
+    };
+    let vd = out.len();
+    // Every row's value slice is in bounds (rows rise within a segment, so its last row
+    // decides): checked once here, not per element.
+    for seg in values.segments.iter().filter(|s| !s.is_empty()) {
+        assert!(
+            (seg.end - 1) * kv.stride + kv.offset + vd <= kv.values.len(),
+            "attention: a value row past the cache"
+        );
+    }
+    let done = match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            assert!(cpu::supports(Isa::Avx512));
+            // SAFETY: AVX-512F is available (checked); every value row was bounds-checked.
+            unsafe { x86::weigh_avx512(&values, scores, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            assert!(cpu::supports(Isa::Avx2));
+            // SAFETY: AVX2 is available (checked); every value row was bounds-checked.
+            unsafe { x86::weigh_avx2(&values, scores, out) }
+        }
+        _ => 0,
+    };
+    weigh_scalar(&values, scores, out, done);
+}
+
+/// The value rows of a span: row `r` of `segments` (in order) at `data[r * stride + offset..]`.
+struct Values<'a> {
+    data: &'a [f32],
+    stride: usize,
+    offset: usize,
+    segments: [std::ops::Range<usize>; 2],
+}
+
+/// Output elements `from..`: `out[e] = Σ p_j · v_j[e]` in position order, from +0, a
+/// product then a sum at each step (the reference the vector paths follow).
+fn weigh_scalar(values: &Values, ps: &[f32], out: &mut [f32], from: usize) {
+    let out = &mut out[from..];
     out.fill(0.0);
-    for (r, &p) in order.zip(scores.iter()) {
-        let v = &kv.values[r * kv.stride + kv.offset..][..out.len()];
+    let rows = values.segments[0].clone().chain(values.segments[1].clone());
+    for (r, &p) in rows.zip(ps) {
+        let v = &values.data[r * values.stride + values.offset + from..][..out.len()];
         for (o, &vi) in out.iter_mut().zip(v) {
             *o += p * vi;
         }
@@ -110,6 +200,74 @@ pub fn attend_selected(
         for (o, &vi) in out.iter_mut().zip(v) {
             *o += p * vi;
         }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Values;
+    use std::arch::x86_64::*;
+
+    /// The value sum of [`super::weigh_scalar`] over whole groups of 16 elements (four
+    /// groups at a time in registers while the positions pass), the same operations per
+    /// element. Returns how many elements it wrote; the caller does the rest.
+    ///
+    /// # Safety
+    /// AVX-512F must be available and every row's `out.len()` values in bounds.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn weigh_avx512(values: &Values, ps: &[f32], out: &mut [f32]) -> usize {
+        let base = values.data.as_ptr().add(values.offset);
+        let mut c = 0;
+        while c + 16 <= out.len() {
+            let groups = ((out.len() - c) / 16).min(4);
+            let mut acc = [_mm512_setzero_ps(); 4];
+            let mut j = 0;
+            for seg in &values.segments {
+                for r in seg.clone() {
+                    let p = _mm512_set1_ps(*ps.get_unchecked(j));
+                    let v = base.add(r * values.stride + c);
+                    for (g, a) in acc.iter_mut().enumerate().take(groups) {
+                        *a = _mm512_add_ps(*a, _mm512_mul_ps(p, _mm512_loadu_ps(v.add(16 * g))));
+                    }
+                    j += 1;
+                }
+            }
+            for (g, a) in acc.iter().enumerate().take(groups) {
+                _mm512_storeu_ps(out.as_mut_ptr().add(c + 16 * g), *a);
+            }
+            c += 16 * groups;
+        }
+        c
+    }
+
+    /// [`weigh_avx512`] with 8-element groups.
+    ///
+    /// # Safety
+    /// AVX2 must be available and every row's `out.len()` values in bounds.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn weigh_avx2(values: &Values, ps: &[f32], out: &mut [f32]) -> usize {
+        let base = values.data.as_ptr().add(values.offset);
+        let mut c = 0;
+        while c + 8 <= out.len() {
+            let groups = ((out.len() - c) / 8).min(4);
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut j = 0;
+            for seg in &values.segments {
+                for r in seg.clone() {
+                    let p = _mm256_set1_ps(*ps.get_unchecked(j));
+                    let v = base.add(r * values.stride + c);
+                    for (g, a) in acc.iter_mut().enumerate().take(groups) {
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(p, _mm256_loadu_ps(v.add(8 * g))));
+                    }
+                    j += 1;
+                }
+            }
+            for (g, a) in acc.iter().enumerate().take(groups) {
+                _mm256_storeu_ps(out.as_mut_ptr().add(c + 8 * g), *a);
+            }
+            c += 8 * groups;
+        }
+        c
     }
 }
 
@@ -286,6 +444,79 @@ mod tests {
                         attend_ring(&q, rv, rows, span.clone(), 0.3, sink, &mut scores, &mut b);
                         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                         assert_eq!(bits(&a), bits(&b), "ring of {rows}, {span:?}, head {head}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_instruction_set_gives_the_scalar_bits() {
+        // Key and value widths around the vector groups (16 and 8 lanes, four groups at a
+        // time), values wider or narrower than keys (MLA), rings that wrap, spans not a
+        // multiple of four keys, with and without a sink.
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+        };
+        for (hd, vd) in [
+            (1, 1),
+            (7, 9),
+            (16, 16),
+            (24, 40),
+            (64, 64),
+            (80, 72),
+            (64, 136),
+        ] {
+            let stride = hd + vd + 3;
+            for (rows, n) in [(7, 5), (13, 13), (40, 33), (97, 97)] {
+                let cache: Vec<f32> = (0..rows * stride).map(|_| rnd()).collect();
+                let kv = KvView {
+                    keys: &cache,
+                    values: &cache[hd..],
+                    stride,
+                    offset: 1,
+                    head_dim: hd,
+                };
+                let q: Vec<f32> = (0..hd).map(|_| rnd()).collect();
+                let mut scores = vec![0.0; rows];
+                for (start, sink) in [(0, None), (rows / 2 + 1, Some(0.3)), (3 * rows + 2, None)] {
+                    let span = start..start + n;
+                    let mut want = vec![0.0; vd];
+                    attend_ring_isa(
+                        Isa::Scalar,
+                        &q,
+                        kv,
+                        rows,
+                        span.clone(),
+                        0.2,
+                        sink,
+                        &mut scores,
+                        &mut want,
+                    );
+                    assert!(want.iter().all(|v| v.is_finite() && *v != 0.0));
+                    for isa in cpu::available() {
+                        let mut got = vec![f32::NAN; vd];
+                        attend_ring_isa(
+                            isa,
+                            &q,
+                            kv,
+                            rows,
+                            span.clone(),
+                            0.2,
+                            sink,
+                            &mut scores,
+                            &mut got,
+                        );
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&got),
+                            bits(&want),
+                            "{isa:?} hd {hd} vd {vd} ring {rows} {span:?}"
+                        );
                     }
                 }
             }

@@ -376,8 +376,8 @@ fn rows_block_strided(
         while r + 4 <= r1 {
             let rows = [m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)];
             // Tokens in groups share each converted weight chunk (prefill); register budget:
-            // 4 rows x 4 tokens of 16-lane accumulators with AVX-512, 2 x 3 with AVX2 (4 x 2
-            // for two tokens left over).
+            // 4 rows x 6 tokens of 16-lane accumulators with AVX-512 (24 of 32 registers; 4 x
+            // 4 for four left over), 2 x 3 with AVX2 (4 x 2 for two tokens left over).
             let mut t = t0;
             if isa == Isa::Avx2 {
                 // Two rows x three tokens: 12 accumulators, 2 weights and 1 activation fill the
@@ -396,6 +396,16 @@ fn rows_block_strided(
                 }
             }
             if isa == Isa::Avx512 {
+                while t + 6 <= t1 {
+                    let xs6 = [x(t), x(t + 1), x(t + 2), x(t + 3), x(t + 4), x(t + 5)];
+                    let v = dot_block(isa, m.fmt, rows, xs6);
+                    for (dt, row) in v.iter().enumerate() {
+                        for (j, &val) in row.iter().enumerate() {
+                            put(t + dt, r + j, val);
+                        }
+                    }
+                    t += 6;
+                }
                 while t + 4 <= t1 {
                     let v = dot_block(isa, m.fmt, rows, [x(t), x(t + 1), x(t + 2), x(t + 3)]);
                     for (dt, row) in v.iter().enumerate() {
