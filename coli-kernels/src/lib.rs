@@ -5,6 +5,7 @@
 //! for bit (tested). Dot products use a fixed 16-lane accumulation with fused
 //! multiply-add and a fixed halving tree at the end, whatever the instruction set.
 
+pub mod alloc;
 pub mod attention;
 pub mod cpu;
 pub mod deltanet;
