@@ -47,6 +47,7 @@ fn bench_scaled(c: &mut Criterion) {
         (WFormat::I8, 1, cols),
         (WFormat::I4, 1, 64),
         (WFormat::F8E4M3, 128, 128),
+        (WFormat::F4E2M1, 1, 32),
     ] {
         let w: Vec<u8> = (0..rows * fmt.row_bytes(cols))
             .map(|i| (i % 61) as u8 & 0x3f)

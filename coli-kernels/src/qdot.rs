@@ -207,17 +207,6 @@ mod x86 {
         )
     }
 
-    /// Thirty-two nibbles (16 bytes, low nibble first) as two vectors of sixteen bytes
-    /// `nibble` (0..=15), in element order.
-    #[inline(always)]
-    unsafe fn nibbles32_raw(p: *const u8) -> (__m128i, __m128i) {
-        let b = _mm_loadu_si128(p.cast());
-        let m = _mm_set1_epi8(0x0F);
-        let lo = _mm_and_si128(b, m);
-        let hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-        (_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi))
-    }
-
     /// Eight e2m1 nibbles (in the low 4 bits of i32 lanes) as f32: the magnitude from the
     /// 8-entry table by the low 3 bits, the sign from bit 3 (nibble 8 is -0, as the table).
     #[inline]
@@ -262,36 +251,51 @@ mod x86 {
                     }
                 }
             ),
-            WFormat::I4 => scaled_loop!(
-                bcast,
-                scales,
-                bc,
-                next,
-                lines,
-                main,
-                acc,
-                |i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
-                    let xv = _mm512_loadu_ps(xp.add(i));
-                    let eight = _mm512_set1_epi32(8);
-                    for r in 0..R {
-                        let n = _mm512_cvtepu8_epi32(nibbles16(rows[r].as_ptr().add(i / 2)));
-                        let q = _mm512_sub_epi32(n, eight);
-                        let w = _mm512_mul_ps(_mm512_cvtepi32_ps(q), sv[r]);
-                        acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
-                    }
-                },
-                Some(|i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
-                    let x0 = _mm512_loadu_ps(xp.add(i));
-                    let x1 = _mm512_loadu_ps(xp.add(i + LANES));
-                    for r in 0..R {
-                        let (q0, q1) = nibbles32(rows[r].as_ptr().add(i / 2));
-                        let w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), sv[r]);
-                        let w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), sv[r]);
-                        acc[r] = _mm512_fmadd_ps(w0, x0, acc[r]);
-                        acc[r] = _mm512_fmadd_ps(w1, x1, acc[r]);
-                    }
-                })
-            ),
+            // Both formats have sixteen values, one register: int4's `n - 8`, the e2m1 table.
+            // Each block's values times its scale are computed once, with the same product as
+            // `value * scale`, so a permute by the nibble gives the dequantized weight's bits
+            // with no conversion or multiply per element.
+            WFormat::I4 | WFormat::F4E2M1 => {
+                let levels = if fmt == WFormat::I4 {
+                    _mm512_setr_ps(
+                        -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0,
+                        5.0, 6.0, 7.0,
+                    )
+                } else {
+                    _mm512_loadu_ps(FP4_E2M1_VALUES.as_ptr())
+                };
+                // Nibble i of each (duplicated) byte pair: low for even elements, high for odd.
+                let shifts = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+                let nib = |d: __m128i| _mm512_srlv_epi32(_mm512_cvtepu8_epi32(d), shifts);
+                scaled_loop!(
+                    |s: f32| _mm512_mul_ps(levels, _mm512_set1_ps(s)),
+                    scales,
+                    bc,
+                    next,
+                    lines,
+                    main,
+                    acc,
+                    |i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
+                        let xv = _mm512_loadu_ps(xp.add(i));
+                        for r in 0..R {
+                            let b = _mm_loadl_epi64(rows[r].as_ptr().add(i / 2).cast());
+                            let w = _mm512_permutexvar_ps(nib(_mm_unpacklo_epi8(b, b)), sv[r]);
+                            acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
+                        }
+                    },
+                    Some(|i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
+                        let x0 = _mm512_loadu_ps(xp.add(i));
+                        let x1 = _mm512_loadu_ps(xp.add(i + LANES));
+                        for r in 0..R {
+                            let b = _mm_loadu_si128(rows[r].as_ptr().add(i / 2).cast());
+                            let w0 = _mm512_permutexvar_ps(nib(_mm_unpacklo_epi8(b, b)), sv[r]);
+                            let w1 = _mm512_permutexvar_ps(nib(_mm_unpackhi_epi8(b, b)), sv[r]);
+                            acc[r] = _mm512_fmadd_ps(w0, x0, acc[r]);
+                            acc[r] = _mm512_fmadd_ps(w1, x1, acc[r]);
+                        }
+                    })
+                )
+            }
             WFormat::F8E4M3 => {
                 // A row without NaN bytes skips their mapping (see `fp8_has_nan`).
                 macro_rules! fp8_loop {
@@ -319,38 +323,6 @@ mod x86 {
                 } else {
                     fp8_loop!(false)
                 }
-            }
-            // The 16 e2m1 values are one register: each nibble indexes it.
-            WFormat::F4E2M1 => {
-                let table = _mm512_loadu_ps(FP4_E2M1_VALUES.as_ptr());
-                scaled_loop!(
-                    bcast,
-                    scales,
-                    bc,
-                    next,
-                    lines,
-                    main,
-                    acc,
-                    |i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
-                        let xv = _mm512_loadu_ps(xp.add(i));
-                        for r in 0..R {
-                            let n = _mm512_cvtepu8_epi32(nibbles16(rows[r].as_ptr().add(i / 2)));
-                            let w = _mm512_mul_ps(_mm512_permutexvar_ps(n, table), sv[r]);
-                            acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
-                        }
-                    },
-                    Some(|i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
-                        let x0 = _mm512_loadu_ps(xp.add(i));
-                        let x1 = _mm512_loadu_ps(xp.add(i + LANES));
-                        for r in 0..R {
-                            let (n0, n1) = nibbles32_raw(rows[r].as_ptr().add(i / 2));
-                            let v0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(n0), table);
-                            let v1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(n1), table);
-                            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(v0, sv[r]), x0, acc[r]);
-                            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(v1, sv[r]), x1, acc[r]);
-                        }
-                    })
-                )
             }
             _ => unreachable!("fused_layout admits int8, int4, FP8 and FP4 only"),
         }
