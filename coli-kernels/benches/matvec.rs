@@ -128,5 +128,46 @@ fn bench_prefill_shape(c: &mut Criterion, rows: usize, cols: usize, n_tok: usize
     g.finish();
 }
 
-criterion_group!(benches, bench, bench_scaled, bench_prefill);
+/// A few tokens through one scaled expert matrix (MoE decode with drafts: each expert sees
+/// the few tokens routed to it), one thread: where the per-token fused kernels stop paying
+/// against dequantizing four rows once and sharing them across the tokens.
+fn bench_scaled_tokens(c: &mut Criterion) {
+    use coli_kernels::matmul::BlockScales;
+    let (rows, cols) = (1024usize, 2048usize);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let mut g = c.benchmark_group(format!("scaled_tokens_{rows}x{cols}"));
+    for (fmt, bc) in [(WFormat::I8, cols), (WFormat::I4, 64)] {
+        let w: Vec<u8> = (0..rows * fmt.row_bytes(cols))
+            .map(|i| (i % 61) as u8 & 0x3f)
+            .collect();
+        let scales: Vec<f32> = (0..rows * cols.div_ceil(bc))
+            .map(|i| 0.01 + (i % 7) as f32 * 1e-3)
+            .collect();
+        let m = MatRef::new(fmt, &w, rows, cols).with_scales(BlockScales {
+            scales: (&scales).into(),
+            block_rows: 1,
+            block_cols: bc,
+        });
+        let isa = cpu::best();
+        for n_tok in [1usize, 2, 3, 4, 6, 8] {
+            let xs = vec![0.5f32; cols * n_tok];
+            let mut out = vec![0.0; rows * n_tok];
+            g.bench_function(format!("{fmt:?}/{n_tok}"), |b| {
+                pool.install(|| b.iter(|| matmul_isa(isa, &m, &xs, n_tok, &mut out)))
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench,
+    bench_scaled,
+    bench_prefill,
+    bench_scaled_tokens
+);
 criterion_main!(benches);

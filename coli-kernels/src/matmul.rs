@@ -244,9 +244,12 @@ fn rows_block(isa: Isa, m: &MatRef, xs: &[f32], n_tok: usize, r0: usize, r1: usi
     }
 }
 
-/// Tokens up to which a scaled matrix runs the fused kernels, token by token; from this
-/// many on, dequantizing four rows once and sharing them across the tokens costs less.
-const FUSED_MAX_TOKENS: usize = 2;
+/// Tokens up to which a scaled matrix runs the fused kernels, token by token; past this
+/// many, dequantizing four rows once and sharing them across the tokens costs less
+/// (`cargo bench -p coli-kernels --bench matvec -- scaled_tokens`, one Zen 5 core, µs for a
+/// 1024 x 2048 expert matrix: int8 3 tokens 128 fused against 138, 4 tokens 171 against
+/// 143; int4 3 tokens 168 against 253, 6 tokens 318 against 258).
+const FUSED_MAX_TOKENS: usize = 3;
 
 /// Scaled formats. Few tokens (decode): the fused kernels of [`crate::qdot`], four rows at
 /// a time. Many tokens (prefill), or a block layout the fused loop cannot take: four rows
