@@ -2,7 +2,7 @@
 
 use crate::cpu::{self, Isa};
 use crate::dot::{bytemuck_f32, dot_f32, dot_rows, WFormat};
-use crate::softmax::{softmax_inplace, softmax_with_sink};
+use crate::softmax::softmax_isa;
 
 /// Keys and values of one KV head: `n_pos` rows of `head_dim`, `stride` apart, starting at `offset`.
 #[derive(Clone, Copy, Debug)]
@@ -68,7 +68,9 @@ pub fn attend_ring(
 
 /// [`attend_ring`] on the given instruction set. Every set performs the same operations
 /// in the same order, so all give the same bits: each logit is [`dot_rows`]'s f32 dot
-/// product (keys four at a time) times `scale`; each output element starts at +0 and
+/// product (keys four at a time) times `scale`; the probabilities are
+/// [`softmax_isa`]'s (with its exponential, [`crate::softmax::exp_f32`]); each output
+/// element starts at +0 and
 /// adds `p · v` position by position, a product and then a sum (never fused), the vector
 /// paths holding a group of elements in registers across the positions.
 ///
@@ -117,10 +119,7 @@ pub fn attend_ring_isa(
     for (j, s) in scores.iter_mut().enumerate().skip(j) {
         *s = dot_rows(isa, WFormat::F32, [key(j)], q)[0] * scale;
     }
-    match sink {
-        None => softmax_inplace(scores),
-        Some(sink) => softmax_with_sink(scores, sink),
-    }
+    softmax_isa(isa, scores, sink);
     let values = Values {
         data: kv.values,
         stride: kv.stride,
@@ -193,7 +192,7 @@ pub fn attend_selected(
         let k = &kv.keys[j as usize * kv.stride + kv.offset..][..hd];
         *s = dot_f32(q, k) * scale;
     }
-    softmax_inplace(scores);
+    softmax_isa(cpu::best(), scores, None);
     out.fill(0.0);
     for (&j, &p) in positions.iter().zip(scores.iter()) {
         let v = &kv.values[j as usize * kv.stride + kv.offset..][..out.len()];
