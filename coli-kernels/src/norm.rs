@@ -2,6 +2,7 @@
 
 use crate::cpu::{self, Isa};
 use crate::dot::{dot_rows, dot_scalar, WFormat};
+use crate::softmax::exp_f32;
 
 /// RMSNorm of one row on the given instruction set:
 /// `out = weight * (x * 1/sqrt(mean(x²) + eps))`, the order `transformers` uses.
@@ -49,17 +50,88 @@ pub fn layer_norm_inplace(x: &mut [f32], weight: &[f32], bias: &[f32], eps: f32)
     }
 }
 
-/// SiLU: `x * sigmoid(x)` computed as `x / (1 + e^-x)`.
+/// SiLU: `x * sigmoid(x)` computed as `x / (1 + e^-x)`, with coli's exponential
+/// ([`crate::softmax::exp_f32`], the same bits on every instruction set).
 #[inline]
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+    x / (1.0 + exp_f32(-x))
 }
 
 /// SwiGLU in place: `gate[i] = silu(gate[i]) * up[i]`.
 pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
+    swiglu_isa(cpu::best(), gate, up)
+}
+
+/// [`swiglu_inplace`] on the given instruction set: the vector paths perform [`silu`]'s
+/// operations and the product lane by lane, so every set gives the same bits.
+///
+/// # Panics
+/// If the lengths differ, or `isa` does not run on this CPU.
+pub fn swiglu_isa(isa: Isa, gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len());
-    for (g, &u) in gate.iter_mut().zip(up) {
+    let done = match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            assert!(cpu::supports(Isa::Avx512));
+            // SAFETY: AVX-512F is available (checked); the lengths are equal (checked).
+            unsafe { x86::swiglu_avx512(gate, up) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            assert!(cpu::supports(Isa::Avx2));
+            // SAFETY: AVX2 and FMA are available (checked); the lengths are equal (checked).
+            unsafe { x86::swiglu_avx2(gate, up) }
+        }
+        _ => 0,
+    };
+    for (g, &u) in gate[done..].iter_mut().zip(&up[done..]) {
         *g = silu(*g) * u;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use crate::softmax::x86::{exp16, exp8};
+    use std::arch::x86_64::*;
+
+    /// `gate = gate / (1 + e^-gate) * up` over whole groups of 16; returns how many.
+    ///
+    /// # Safety
+    /// AVX-512F must be available and `up` as long as `gate`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn swiglu_avx512(gate: &mut [f32], up: &[f32]) -> usize {
+        let sign = _mm512_set1_ps(-0.0);
+        let one = _mm512_set1_ps(1.0);
+        let mut j = 0;
+        while j + 16 <= gate.len() {
+            let p = gate.as_mut_ptr().add(j);
+            let g = _mm512_loadu_ps(p);
+            let e = exp16(_mm512_xor_ps(g, sign));
+            let s = _mm512_div_ps(g, _mm512_add_ps(one, e));
+            _mm512_storeu_ps(p, _mm512_mul_ps(s, _mm512_loadu_ps(up.as_ptr().add(j))));
+            j += 16;
+        }
+        j
+    }
+
+    /// [`swiglu_avx512`] in groups of 8.
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be available and `up` as long as `gate`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn swiglu_avx2(gate: &mut [f32], up: &[f32]) -> usize {
+        let sign = _mm256_set1_ps(-0.0);
+        let one = _mm256_set1_ps(1.0);
+        let mut j = 0;
+        while j + 8 <= gate.len() {
+            let p = gate.as_mut_ptr().add(j);
+            let g = _mm256_loadu_ps(p);
+            let e = exp8(_mm256_xor_ps(g, sign));
+            let s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+            _mm256_storeu_ps(p, _mm256_mul_ps(s, _mm256_loadu_ps(up.as_ptr().add(j))));
+            j += 8;
+        }
+        j
     }
 }
 
@@ -86,6 +158,51 @@ pub fn rms_norm_unweighted_inplace(x: &mut [f32], eps: f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn swiglu_gives_the_scalar_bits_on_every_isa_and_follows_the_formula() {
+        let mut seed = 0x1234_5678_9ABC_DEF1u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 40.0
+        };
+        for n in [1usize, 8, 15, 16, 17, 33, 100] {
+            let mut gate: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            let up: Vec<f32> = (0..n).map(|_| rnd()).collect();
+            if n > 16 {
+                // Far past the exponential's range on both sides, a zero and a NaN.
+                gate[1] = 200.0;
+                gate[2] = -200.0;
+                gate[3] = 0.0;
+                gate[4] = f32::NAN;
+            }
+            let mut want = gate.clone();
+            swiglu_isa(Isa::Scalar, &mut want, &up);
+            for (j, (&g, &u)) in gate.iter().zip(&up).enumerate() {
+                let f = g as f64 / (1.0 + (-(g as f64)).exp()) * u as f64;
+                if g.is_nan() {
+                    assert!(want[j].is_nan());
+                } else {
+                    assert!(
+                        (want[j] as f64 - f).abs() <= 1e-6 * f.abs().max(1.0),
+                        "{g} {u}"
+                    );
+                }
+            }
+            for isa in cpu::available() {
+                let mut got = gate.clone();
+                swiglu_isa(isa, &mut got, &up);
+                for (j, (&a, &b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                        "{isa:?} n {n} at {j}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn layer_norm_matches_the_formula_in_f64() {

@@ -129,9 +129,43 @@ pub fn softmax_isa(isa: Isa, x: &mut [f32], sink: Option<f32>) {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use super::{EXP_MAX, EXP_MIN, EXP_P, LN2_HI, LN2_LO, LOG2E};
     use std::arch::x86_64::*;
+
+    /// [`super::exp_f32`] of each lane: the same operations, lane by lane.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn exp16(v: __m512) -> __m512 {
+        // Out-of-range and NaN lanes compute on 0 and are replaced at the end.
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+        let low = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, _mm512_set1_ps(EXP_MIN));
+        let high = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, _mm512_set1_ps(EXP_MAX));
+        let xv = _mm512_mask_mov_ps(v, nan | low | high, _mm512_setzero_ps());
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(xv, _mm512_set1_ps(LOG2E)),
+        );
+        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), xv);
+        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
+        let mut poly = _mm512_set1_ps(EXP_P[0]);
+        for c in &EXP_P[1..] {
+            poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(*c));
+        }
+        let y = _mm512_add_ps(
+            _mm512_fmadd_ps(poly, _mm512_mul_ps(r, r), r),
+            _mm512_set1_ps(1.0),
+        );
+        let ni = _mm512_cvtps_epi32(n);
+        let half = _mm512_srai_epi32::<1>(ni);
+        let bias = _mm512_set1_epi32(127);
+        let p1 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(half, bias)));
+        let rest = _mm512_sub_epi32(ni, half);
+        let p2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(rest, bias)));
+        let mut e = _mm512_mul_ps(_mm512_mul_ps(y, p1), p2);
+        e = _mm512_mask_mov_ps(e, low, _mm512_setzero_ps());
+        e = _mm512_mask_mov_ps(e, high, _mm512_set1_ps(f32::INFINITY));
+        _mm512_mask_mov_ps(e, nan, v)
+    }
 
     /// [`super::exp_f32`] of `x[j] - max` over whole groups of 16, in place; returns how
     /// many elements it did.
@@ -141,39 +175,44 @@ mod x86 {
         let mut j = 0;
         while j + 16 <= x.len() {
             let p = x.as_mut_ptr().add(j);
-            let v = _mm512_sub_ps(_mm512_loadu_ps(p), m);
-            // Out-of-range and NaN lanes compute on 0 and are replaced at the end.
-            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
-            let low = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, _mm512_set1_ps(EXP_MIN));
-            let high = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, _mm512_set1_ps(EXP_MAX));
-            let xv = _mm512_mask_mov_ps(v, nan | low | high, _mm512_setzero_ps());
-            let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                _mm512_mul_ps(xv, _mm512_set1_ps(LOG2E)),
-            );
-            let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), xv);
-            let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
-            let mut poly = _mm512_set1_ps(EXP_P[0]);
-            for c in &EXP_P[1..] {
-                poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(*c));
-            }
-            let y = _mm512_add_ps(
-                _mm512_fmadd_ps(poly, _mm512_mul_ps(r, r), r),
-                _mm512_set1_ps(1.0),
-            );
-            let ni = _mm512_cvtps_epi32(n);
-            let half = _mm512_srai_epi32::<1>(ni);
-            let bias = _mm512_set1_epi32(127);
-            let p1 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(half, bias)));
-            let rest = _mm512_sub_epi32(ni, half);
-            let p2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(rest, bias)));
-            let mut e = _mm512_mul_ps(_mm512_mul_ps(y, p1), p2);
-            e = _mm512_mask_mov_ps(e, low, _mm512_setzero_ps());
-            e = _mm512_mask_mov_ps(e, high, _mm512_set1_ps(f32::INFINITY));
-            e = _mm512_mask_mov_ps(e, nan, v);
-            _mm512_storeu_ps(p, e);
+            _mm512_storeu_ps(p, exp16(_mm512_sub_ps(_mm512_loadu_ps(p), m)));
             j += 16;
         }
         j
+    }
+
+    /// [`exp16`] on 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn exp8(v: __m256) -> __m256 {
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v);
+        let low = _mm256_cmp_ps::<_CMP_LT_OQ>(v, _mm256_set1_ps(EXP_MIN));
+        let high = _mm256_cmp_ps::<_CMP_GT_OQ>(v, _mm256_set1_ps(EXP_MAX));
+        let out = _mm256_or_ps(_mm256_or_ps(nan, low), high);
+        let xv = _mm256_andnot_ps(out, v);
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(xv, _mm256_set1_ps(LOG2E)),
+        );
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), xv);
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
+        let mut poly = _mm256_set1_ps(EXP_P[0]);
+        for c in &EXP_P[1..] {
+            poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(*c));
+        }
+        let y = _mm256_add_ps(
+            _mm256_fmadd_ps(poly, _mm256_mul_ps(r, r), r),
+            _mm256_set1_ps(1.0),
+        );
+        let ni = _mm256_cvtps_epi32(n);
+        let half = _mm256_srai_epi32::<1>(ni);
+        let bias = _mm256_set1_epi32(127);
+        let p1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(half, bias)));
+        let rest = _mm256_sub_epi32(ni, half);
+        let p2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(rest, bias)));
+        let mut e = _mm256_mul_ps(_mm256_mul_ps(y, p1), p2);
+        e = _mm256_blendv_ps(e, _mm256_setzero_ps(), low);
+        e = _mm256_blendv_ps(e, _mm256_set1_ps(f32::INFINITY), high);
+        _mm256_blendv_ps(e, v, nan)
     }
 
     /// [`exp_shifted_avx512`] in groups of 8.
@@ -183,36 +222,7 @@ mod x86 {
         let mut j = 0;
         while j + 8 <= x.len() {
             let p = x.as_mut_ptr().add(j);
-            let v = _mm256_sub_ps(_mm256_loadu_ps(p), m);
-            let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v);
-            let low = _mm256_cmp_ps::<_CMP_LT_OQ>(v, _mm256_set1_ps(EXP_MIN));
-            let high = _mm256_cmp_ps::<_CMP_GT_OQ>(v, _mm256_set1_ps(EXP_MAX));
-            let out = _mm256_or_ps(_mm256_or_ps(nan, low), high);
-            let xv = _mm256_andnot_ps(out, v);
-            let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                _mm256_mul_ps(xv, _mm256_set1_ps(LOG2E)),
-            );
-            let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), xv);
-            let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
-            let mut poly = _mm256_set1_ps(EXP_P[0]);
-            for c in &EXP_P[1..] {
-                poly = _mm256_fmadd_ps(poly, r, _mm256_set1_ps(*c));
-            }
-            let y = _mm256_add_ps(
-                _mm256_fmadd_ps(poly, _mm256_mul_ps(r, r), r),
-                _mm256_set1_ps(1.0),
-            );
-            let ni = _mm256_cvtps_epi32(n);
-            let half = _mm256_srai_epi32::<1>(ni);
-            let bias = _mm256_set1_epi32(127);
-            let p1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(half, bias)));
-            let rest = _mm256_sub_epi32(ni, half);
-            let p2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(rest, bias)));
-            let mut e = _mm256_mul_ps(_mm256_mul_ps(y, p1), p2);
-            e = _mm256_blendv_ps(e, _mm256_setzero_ps(), low);
-            e = _mm256_blendv_ps(e, _mm256_set1_ps(f32::INFINITY), high);
-            e = _mm256_blendv_ps(e, v, nan);
-            _mm256_storeu_ps(p, e);
+            _mm256_storeu_ps(p, exp8(_mm256_sub_ps(_mm256_loadu_ps(p), m)));
             j += 8;
         }
         j
