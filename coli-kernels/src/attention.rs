@@ -207,67 +207,58 @@ mod x86 {
     use super::Values;
     use std::arch::x86_64::*;
 
-    /// The value sum of [`super::weigh_scalar`] over whole groups of 16 elements (four
-    /// groups at a time in registers while the positions pass), the same operations per
-    /// element. Returns how many elements it wrote; the caller does the rest.
-    ///
-    /// # Safety
-    /// AVX-512F must be available and every row's `out.len()` values in bounds.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn weigh_avx512(values: &Values, ps: &[f32], out: &mut [f32]) -> usize {
-        let base = values.data.as_ptr().add(values.offset);
-        let mut c = 0;
-        while c + 16 <= out.len() {
-            let groups = ((out.len() - c) / 16).min(4);
-            let mut acc = [_mm512_setzero_ps(); 4];
-            let mut j = 0;
-            for seg in &values.segments {
-                for r in seg.clone() {
-                    let p = _mm512_set1_ps(*ps.get_unchecked(j));
-                    let v = base.add(r * values.stride + c);
-                    for (g, a) in acc.iter_mut().enumerate().take(groups) {
-                        *a = _mm512_add_ps(*a, _mm512_mul_ps(p, _mm512_loadu_ps(v.add(16 * g))));
+    /// One instruction set's value sum: [`super::weigh_scalar`] over whole groups of
+    /// `$lanes` elements (four groups at a time in registers while the positions pass), the
+    /// same operations per element. Returns how many elements it wrote; the caller does the
+    /// rest.
+    macro_rules! weigh {
+        ($(#[$doc:meta])* $name:ident, $feature:literal, $lanes:literal,
+         $zero:ident, $splat:ident, $load:ident, $store:ident, $add:ident, $mul:ident) => {
+            $(#[$doc])*
+            #[target_feature(enable = $feature)]
+            pub(super) unsafe fn $name(values: &Values, ps: &[f32], out: &mut [f32]) -> usize {
+                let base = values.data.as_ptr().add(values.offset);
+                let mut c = 0;
+                while c + $lanes <= out.len() {
+                    let groups = ((out.len() - c) / $lanes).min(4);
+                    let mut acc = [$zero(); 4];
+                    let mut j = 0;
+                    for seg in &values.segments {
+                        for r in seg.clone() {
+                            let p = $splat(*ps.get_unchecked(j));
+                            let v = base.add(r * values.stride + c);
+                            for (g, a) in acc.iter_mut().enumerate().take(groups) {
+                                *a = $add(*a, $mul(p, $load(v.add($lanes * g))));
+                            }
+                            j += 1;
+                        }
                     }
-                    j += 1;
+                    for (g, a) in acc.iter().enumerate().take(groups) {
+                        $store(out.as_mut_ptr().add(c + $lanes * g), *a);
+                    }
+                    c += $lanes * groups;
                 }
+                c
             }
-            for (g, a) in acc.iter().enumerate().take(groups) {
-                _mm512_storeu_ps(out.as_mut_ptr().add(c + 16 * g), *a);
-            }
-            c += 16 * groups;
-        }
-        c
+        };
     }
 
-    /// [`weigh_avx512`] with 8-element groups.
-    ///
-    /// # Safety
-    /// AVX2 must be available and every row's `out.len()` values in bounds.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn weigh_avx2(values: &Values, ps: &[f32], out: &mut [f32]) -> usize {
-        let base = values.data.as_ptr().add(values.offset);
-        let mut c = 0;
-        while c + 8 <= out.len() {
-            let groups = ((out.len() - c) / 8).min(4);
-            let mut acc = [_mm256_setzero_ps(); 4];
-            let mut j = 0;
-            for seg in &values.segments {
-                for r in seg.clone() {
-                    let p = _mm256_set1_ps(*ps.get_unchecked(j));
-                    let v = base.add(r * values.stride + c);
-                    for (g, a) in acc.iter_mut().enumerate().take(groups) {
-                        *a = _mm256_add_ps(*a, _mm256_mul_ps(p, _mm256_loadu_ps(v.add(8 * g))));
-                    }
-                    j += 1;
-                }
-            }
-            for (g, a) in acc.iter().enumerate().take(groups) {
-                _mm256_storeu_ps(out.as_mut_ptr().add(c + 8 * g), *a);
-            }
-            c += 8 * groups;
-        }
-        c
-    }
+    weigh!(
+        /// The value sum in groups of 16 (AVX-512).
+        ///
+        /// # Safety
+        /// AVX-512F must be available and every row's `out.len()` values in bounds.
+        weigh_avx512, "avx512f", 16,
+        _mm512_setzero_ps, _mm512_set1_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_add_ps, _mm512_mul_ps
+    );
+    weigh!(
+        /// The value sum in groups of 8 (AVX2).
+        ///
+        /// # Safety
+        /// AVX2 must be available and every row's `out.len()` values in bounds.
+        weigh_avx2, "avx2", 8,
+        _mm256_setzero_ps, _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_add_ps, _mm256_mul_ps
+    );
 }
 
 #[cfg(test)]
