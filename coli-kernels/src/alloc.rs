@@ -196,6 +196,24 @@ mod tests {
         }
     }
 
+    #[test]
+    fn only_large_blocks_change_provider_or_alignment() {
+        let l = |size, align| Layout::from_size_align(size, align).unwrap();
+        // Small blocks keep the system allocator's layout (no padding to a line), large
+        // ones are aligned to a line, an alignment above a line is kept.
+        assert_eq!(widen(l(16, 8)), l(16, 8));
+        assert_eq!(widen(l(MIN_BYTES - 1, 4)), l(MIN_BYTES - 1, 4));
+        assert_eq!(widen(l(MIN_BYTES, 4)), l(MIN_BYTES, LINE));
+        assert_eq!(widen(l(100, 128)), l(100, 128));
+        assert_eq!(widen(l(MIN_BYTES, 128)), l(MIN_BYTES, 128));
+        // Only blocks of MAP_BYTES or more are their own mapping, and only where a page
+        // satisfies their alignment.
+        assert!(!mapped(l(16, 8)));
+        assert!(!mapped(l(MAP_BYTES - 1, 8)));
+        assert!(!mapped(l(MAP_BYTES, 8192)));
+        assert_eq!(mapped(l(MAP_BYTES, 8)), cfg!(target_os = "linux"));
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn a_large_zeroed_block_costs_no_memory_until_written() {
