@@ -114,6 +114,29 @@ unsafe fn dequant_avx512(fmt: WFormat, row: &[u8], scales: &[f32], block: usize,
     dequant_generic(fmt, row, scales, block, out)
 }
 
+/// The sixteen values of a 4-bit format by nibble, unscaled: int4's `n - 8`, or e2m1's.
+pub(crate) fn nibble_values(fmt: WFormat) -> [f32; 16] {
+    if fmt == WFormat::I4 {
+        std::array::from_fn(|n| INT4_PAIRS[n][0])
+    } else {
+        crate::dot::FP4_E2M1_VALUES
+    }
+}
+
+/// Sixteen nibbles in element order as permute indices: `pairs` holds each byte twice
+/// (`_mm_unpacklo_epi8(b, b)`), and lane i keeps the low nibble for even i, the high one
+/// for odd i (a permute reads only an index's low 4 bits).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn nibble_indices16(
+    pairs: std::arch::x86_64::__m128i,
+) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::*;
+    let shifts = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    _mm512_srlv_epi32(_mm512_cvtepu8_epi32(pairs), shifts)
+}
+
 /// int4 and e2m1 rows with even blocks (every block starts on a byte): each block's sixteen
 /// `value * scale` products computed once in a register (the definition's product), then
 /// sixteen weights at a time are a permute of it by their nibbles; a block's last elements
@@ -122,16 +145,12 @@ unsafe fn dequant_avx512(fmt: WFormat, row: &[u8], scales: &[f32], block: usize,
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn nibbles_avx512(fmt: WFormat, row: &[u8], scales: &[f32], block: usize, out: &mut [f32]) {
     use std::arch::x86_64::*;
-    let (values, pairs) = if fmt == WFormat::I4 {
-        (
-            std::array::from_fn::<f32, 16, _>(|n| INT4_PAIRS[n][0]),
-            &INT4_PAIRS,
-        )
+    let pairs = if fmt == WFormat::I4 {
+        &INT4_PAIRS
     } else {
-        (crate::dot::FP4_E2M1_VALUES, &FP4_PAIRS)
+        &FP4_PAIRS
     };
-    let levels = _mm512_loadu_ps(values.as_ptr());
-    let shifts = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    let levels = _mm512_loadu_ps(nibble_values(fmt).as_ptr());
     for (b, (chunk, &s)) in out.chunks_mut(block).zip(scales).enumerate() {
         let bytes = &row[b * block / 2..(b * block + chunk.len()).div_ceil(2)];
         let table = _mm512_mul_ps(levels, _mm512_set1_ps(s));
@@ -139,7 +158,7 @@ unsafe fn nibbles_avx512(fmt: WFormat, row: &[u8], scales: &[f32], block: usize,
         while j + 16 <= chunk.len() {
             // SAFETY: bytes j/2..j/2 + 8 lie in this block's bytes (j + 16 <= its length).
             let q = _mm_loadl_epi64(bytes.as_ptr().add(j / 2).cast());
-            let idx = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(q, q)), shifts);
+            let idx = nibble_indices16(_mm_unpacklo_epi8(q, q));
             _mm512_storeu_ps(chunk.as_mut_ptr().add(j), _mm512_permutexvar_ps(idx, table));
             j += 16;
         }

@@ -256,17 +256,8 @@ mod x86 {
             // `value * scale`, so a permute by the nibble gives the dequantized weight's bits
             // with no conversion or multiply per element.
             WFormat::I4 | WFormat::F4E2M1 => {
-                let levels = if fmt == WFormat::I4 {
-                    _mm512_setr_ps(
-                        -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0,
-                        5.0, 6.0, 7.0,
-                    )
-                } else {
-                    _mm512_loadu_ps(FP4_E2M1_VALUES.as_ptr())
-                };
-                // Nibble i of each (duplicated) byte pair: low for even elements, high for odd.
-                let shifts = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
-                let nib = |d: __m128i| _mm512_srlv_epi32(_mm512_cvtepu8_epi32(d), shifts);
+                let levels = _mm512_loadu_ps(crate::dequant::nibble_values(fmt).as_ptr());
+                let nib = |d: __m128i| crate::dequant::nibble_indices16(d);
                 scaled_loop!(
                     |s: f32| _mm512_mul_ps(levels, _mm512_set1_ps(s)),
                     scales,
