@@ -79,13 +79,20 @@ static ALLOCATOR: coli_kernels::alloc::CacheLineAligned = coli_kernels::alloc::C
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let threads = match &cli.command {
-        Command::Run(a) => threads(&a.m),
-        Command::Eval(a) => threads(&a.m),
-        Command::Chat(a) => threads(&a.m),
-        Command::Serve(a) => threads(&a.m),
+    let model_arg = match &cli.command {
+        Command::Run(a) => Some(&a.m),
+        Command::Eval(a) => Some(&a.m),
+        Command::Chat(a) => Some(&a.m),
+        Command::Serve(a) => Some(&a.m),
         _ => None,
     };
+    let threads = model_arg.and_then(threads);
+    if model_arg.is_some_and(|m| m.fast_int8) {
+        if let Err(msg) = fast_int8() {
+            eprintln!("coli: error: {msg}");
+            return ExitCode::from(2);
+        }
+    }
     // All work runs on a worker of one pool: its parallel loops then use the workers' own
     // queues and the decode loop allocates nothing per token.
     let result = build_pool(threads).and_then(|pool| {
@@ -109,6 +116,21 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `--fast-int8`: switches the kernels' fast mode on for this process, on a CPU that has
+/// its instructions.
+fn fast_int8() -> Result<(), String> {
+    if !coli_kernels::fast::vnni_available() {
+        return Err(
+            "--fast-int8 needs AVX-512 with VNNI (avx512f, avx512bw, avx512vnni), which this CPU lacks; run without it (exact mode)".into(),
+        );
+    }
+    coli_kernels::fast::set_int8_activations(true);
+    eprintln!(
+        "coli: --fast-int8: int8 activations on int8/int4 weights; output is not token-exact (see `cargo xtask fast-int8`)"
+    );
+    Ok(())
 }
 
 /// `--threads`, else (with `--auto-tier`) the tuned profile's.

@@ -120,6 +120,7 @@ fn run_json(engine: &Engine, g: &Completion) -> serde_json::Value {
             "draft_proposed": g.stats.draft_proposed,
             "draft_forwards": g.stats.draft_forwards,
             "draft_acceptance": g.stats.drafted_tokens as f64 / g.stats.draft_proposed.max(1) as f64,
+            "fast_int8": coli_kernels::fast::int8_activations(),
             "placement": {
                 "threads": rayon::current_num_threads(),
                 "prefetch": engine.placement().prefetch.as_str(),

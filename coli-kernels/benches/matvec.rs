@@ -152,12 +152,31 @@ fn bench_scaled_tokens(c: &mut Criterion) {
             block_cols: bc,
         });
         let isa = cpu::best();
-        for n_tok in [1usize, 2, 3, 4, 6, 8] {
-            let xs = vec![0.5f32; cols * n_tok];
+        for n_tok in [1usize, 2, 3, 4, 6, 8, 64] {
+            let xs: Vec<f32> = (0..cols * n_tok)
+                .map(|i| (i % 37) as f32 * 0.05 - 0.9)
+                .collect();
             let mut out = vec![0.0; rows * n_tok];
             g.bench_function(format!("{fmt:?}/{n_tok}"), |b| {
                 pool.install(|| b.iter(|| matmul_isa(isa, &m, &xs, n_tok, &mut out)))
             });
+            // The optional fast mode (int8 activations, VNNI; not exact), quantization of
+            // the activations included.
+            if coli_kernels::fast::vnni_available() {
+                g.bench_function(format!("{fmt:?}/{n_tok}/fast-int8"), |b| {
+                    pool.install(|| {
+                        b.iter(|| {
+                            let outs = [&mut out[..]];
+                            assert!(coli_kernels::matmul::matmul_many_int8_acts(
+                                [&m],
+                                &xs,
+                                n_tok,
+                                outs
+                            ))
+                        })
+                    })
+                });
+            }
         }
     }
     g.finish();

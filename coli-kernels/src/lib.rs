@@ -11,6 +11,7 @@ pub mod cpu;
 pub mod deltanet;
 pub mod dequant;
 pub mod dot;
+pub mod fast;
 pub mod matmul;
 pub mod norm;
 pub mod qdot;

@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use crate::cpu::{self, Isa};
 use crate::dot::{bytemuck_f32, dot_block, dot_rows, dot_rows_prefetch, WFormat};
+use crate::fast;
 use crate::qdot;
 
 /// Scales of a block-quantized matrix: element `(r, c)` is its stored value times
@@ -484,17 +485,25 @@ pub fn matmul_many_isa<const N: usize>(
         check(m, xs, n_tok, out);
     }
     let ptrs = outs.map(|o| OutPtr(o.as_mut_ptr()));
+    for_row_blocks(mats.map(|m| m.rows), |j, r0, r1| {
+        rows_block(isa, mats[j], xs, n_tok, r0, r1, ptrs[j])
+    });
+}
+
+/// Runs `f(j, r0, r1)` over blocks of rows `r0..r1` of matrices `j` with `rows[j]` rows,
+/// in parallel on the current rayon pool: enough blocks to balance, each at least 16 rows
+/// and a multiple of 4 (serially when one thread or one block).
+fn for_row_blocks<const N: usize>(rows: [usize; N], f: impl Fn(usize, usize, usize) + Sync) {
     let threads = rayon::current_num_threads();
-    let total_rows: usize = mats.iter().map(|m| m.rows).sum();
-    // Enough blocks to balance, each at least 16 rows and a multiple of 4.
+    let total_rows: usize = rows.iter().sum();
     let block = total_rows.div_ceil(threads * 8).max(16).next_multiple_of(4);
     if threads == 1 || total_rows <= block {
-        for (m, &ptr) in mats.iter().zip(&ptrs) {
-            rows_block(isa, m, xs, n_tok, 0, m.rows, ptr);
+        for (j, &n) in rows.iter().enumerate() {
+            f(j, 0, n);
         }
         return;
     }
-    let blocks = mats.map(|m| m.rows.div_ceil(block));
+    let blocks = rows.map(|n| n.div_ceil(block));
     let n_blocks: usize = blocks.iter().sum();
     (0..n_blocks).into_par_iter().for_each(|mut b| {
         let mut j = 0;
@@ -502,24 +511,134 @@ pub fn matmul_many_isa<const N: usize>(
             b -= blocks[j];
             j += 1;
         }
-        let (m, r0) = (mats[j], b * block);
-        rows_block(isa, m, xs, n_tok, r0, (r0 + block).min(m.rows), ptrs[j]);
+        let r0 = b * block;
+        f(j, r0, (r0 + block).min(rows[j]));
     });
 }
 
-/// [`matmul_many_isa`] on the best instruction set.
-pub fn matmul_many<const N: usize>(
+/// The fast mode's matmul ([`crate::fast`], not exact): every token of `xs` quantized to
+/// int8 once per weight format, then integer dot products. Returns `false`, computing
+/// nothing, when a matrix is not one [`fast::takes`] or the activations hold a non-finite
+/// value; the caller then runs the exact kernels.
+pub fn matmul_many_int8_acts<const N: usize>(
     mats: [&MatRef; N],
     xs: &[f32],
     n_tok: usize,
     outs: [&mut [f32]; N],
+) -> bool {
+    for (m, out) in mats.iter().zip(outs.iter()) {
+        check(m, xs, n_tok, out);
+    }
+    if !mats.iter().all(|m| fast::takes(m)) {
+        return false;
+    }
+    let quantize = |fmt: WFormat| -> Option<Vec<fast::Int8Acts>> {
+        if !mats.iter().any(|m| m.fmt == fmt) || n_tok == 0 {
+            return Some(Vec::new());
+        }
+        xs.chunks_exact(xs.len() / n_tok)
+            .map(|x| fast::Int8Acts::quantize(fmt, x))
+            .collect()
+    };
+    let (Some(i8_acts), Some(i4_acts)) = (quantize(WFormat::I8), quantize(WFormat::I4)) else {
+        return false;
+    };
+    let ptrs = outs.map(|o| OutPtr(o.as_mut_ptr()));
+    for_row_blocks(mats.map(|m| m.rows), |j, r0, r1| {
+        let m = mats[j];
+        let acts = if m.fmt == WFormat::I4 {
+            &i4_acts
+        } else {
+            &i8_acts
+        };
+        rows_block_int8_acts(m, acts, r0, r1, ptrs[j])
+    });
+    true
+}
+
+/// Rows `r0..r1` of the fast mode, four rows at a time, every token.
+fn rows_block_int8_acts(m: &MatRef, acts: &[fast::Int8Acts], r0: usize, r1: usize, out: OutPtr) {
+    let s = m.scales.expect("scaled matrix");
+    if r0 >= r1 {
+        return;
+    }
+    let k = m.cols;
+    let cb = k.div_ceil(s.block_cols);
+    let first = r0 / s.block_rows;
+    let n_blocks = (r1 - 1) / s.block_rows + 1 - first;
+    let put = |t: usize, r: usize, v: f32| {
+        // SAFETY: t < n_tok and r < m.rows, inside `out`; rows r0..r1 belong to this task.
+        unsafe { *out.0.add(t * m.rows + r) = v };
+    };
+    with_scale_rows(&s, cb, first, n_blocks, |all| {
+        let scales = |r: usize| &all[(r / s.block_rows - first) * cb..][..cb];
+        let w = m.fmt.row_bytes(k);
+        let mut r = r0;
+        while r + 4 <= r1 {
+            let rows = [m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)];
+            let sc = [scales(r), scales(r + 1), scales(r + 2), scales(r + 3)];
+            let next = &m.bytes[((r + 4) * w).min(r1 * w)..((r + 8) * w).min(r1 * w)];
+            // Three tokens at a time share each weight load (12 accumulators); the rows
+            // that follow are prefetched during the first pass only.
+            let mut t = 0;
+            while t + 3 <= acts.len() {
+                let nx = if t == 0 { next } else { &[] };
+                let v = fast::dot_block(
+                    rows,
+                    sc,
+                    s.block_cols,
+                    [&acts[t], &acts[t + 1], &acts[t + 2]],
+                    nx,
+                );
+                for (dt, row) in v.iter().enumerate() {
+                    for (j, &val) in row.iter().enumerate() {
+                        put(t + dt, r + j, val);
+                    }
+                }
+                t += 3;
+            }
+            while t < acts.len() {
+                let nx = if t == 0 { next } else { &[] };
+                let v = fast::dot_rows(rows, sc, s.block_cols, &acts[t], nx);
+                for (j, &val) in v.iter().enumerate() {
+                    put(t, r + j, val);
+                }
+                t += 1;
+            }
+            r += 4;
+        }
+        for r in r..r1 {
+            for (t, a) in acts.iter().enumerate() {
+                put(
+                    t,
+                    r,
+                    fast::dot_rows([m.row(r)], [scales(r)], s.block_cols, a, &[])[0],
+                );
+            }
+        }
+    })
+}
+
+/// [`matmul_many_isa`] on the best instruction set; with the process's fast mode on
+/// ([`fast::set_int8_activations`]), [`matmul_many_int8_acts`] where it applies.
+pub fn matmul_many<const N: usize>(
+    mats: [&MatRef; N],
+    xs: &[f32],
+    n_tok: usize,
+    mut outs: [&mut [f32]; N],
 ) {
+    if fast::int8_activations() {
+        let reborrowed = outs.each_mut().map(|o| &mut **o);
+        if matmul_many_int8_acts(mats, xs, n_tok, reborrowed) {
+            return;
+        }
+    }
     matmul_many_isa(cpu::best(), mats, xs, n_tok, outs)
 }
 
-/// [`matmul_isa`] on the best instruction set.
+/// [`matmul_isa`] on the best instruction set (the fast mode as [`matmul_many`]).
 pub fn matmul(m: &MatRef, xs: &[f32], n_tok: usize, out: &mut [f32]) {
-    matmul_isa(cpu::best(), m, xs, n_tok, out)
+    matmul_many([m], xs, n_tok, [out])
 }
 
 /// The plain reference: one row, one token at a time, scalar, serial.

@@ -5,6 +5,8 @@
 //!   release-lto -p xtask -- verify`) verifies that build's kernels.
 //! * `test`: what CI runs — fmt, clippy, the workspace tests (release), the parser crates'
 //!   tests in debug, then `verify`.
+//! * `fast-int8`: the optional fast mode's teacher-forced agreement with `transformers` on
+//!   every oracle fixture, as stored and converted to int8 and int4.
 
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -14,7 +16,10 @@ use coli_kernels::rope::{apply, RopeLayout, RopeTable};
 use coli_kernels::{cpu, dot, WFormat};
 use coli_tests::{checks, Reference, TINY_FIXTURES};
 
+mod fast_int8;
 mod rope_reference;
+
+use fast_int8::fast_int8;
 
 type Check = Result<String, String>;
 type NamedCheck = (&'static str, fn() -> Check);
@@ -26,8 +31,9 @@ fn main() -> ExitCode {
         "test" => test(),
         "synth" => synth(&std::env::args().skip(2).collect::<Vec<_>>()),
         "census" => census(&std::env::args().skip(2).collect::<Vec<_>>()),
+        "fast-int8" => fast_int8(),
         _ => {
-            eprintln!("usage: cargo xtask verify | test | synth OUT [olmoe|small] [bf16|int8] | synth OUT gpt-oss-20b [LAYERS] | synth OUT qwen3-next [LAYERS] [EXPERTS] | synth OUT deepseek-v3 [LAYERS] [EXPERTS]");
+            eprintln!("usage: cargo xtask verify | test | fast-int8 | synth OUT [olmoe|small] [bf16|int8] | synth OUT gpt-oss-20b [LAYERS] | synth OUT qwen3-next [LAYERS] [EXPERTS] | synth OUT deepseek-v3 [LAYERS] [EXPERTS]");
             ExitCode::from(2)
         }
     }

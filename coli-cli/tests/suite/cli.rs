@@ -150,6 +150,81 @@ fn eval_matches_reference(name: &str) {
     .unwrap();
 }
 
+/// `coli eval [--fast-int8]` on fixture `name`: the JSON line and the logits.
+fn eval_logits(name: &str, extra: &[&str]) -> Result<(Value, Vec<f32>), String> {
+    let r = Reference::load(name);
+    let tmp = tempfile::tempdir().unwrap();
+    let logits_path = tmp.path().join("logits.f32");
+    let ids = csv(&r.ids());
+    let mut args = vec!["eval", "--model", path_str(&r.dir), "--ids", &ids];
+    args.extend(["--logits-out", path_str(&logits_path), "--json"]);
+    args.extend(extra);
+    let out = coli(&args);
+    if !out.status.success() {
+        assert_eq!(out.status.code(), Some(2), "a clear refusal, not a crash");
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let bytes = std::fs::read(&logits_path).unwrap();
+    let logits = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    Ok((last_json(&out), logits))
+}
+
+/// The fast mode is opt-in, acts only on int8/int4 weights, and on the quantized
+/// containers stays near `transformers` (the reference logits of the dequantized weights):
+/// not exact, but within a few percent of each row's scale, top-1 nearly always the same.
+#[test]
+fn fast_int8_is_opt_in_and_stays_near_the_reference() {
+    let Ok(_) = eval_logits("olmoe_int4_container", &["--fast-int8"]).map_err(|e| {
+        // A CPU without AVX-512 VNNI refuses the flag, saying why.
+        assert!(e.contains("VNNI"), "{e}");
+    }) else {
+        return;
+    };
+    for name in ["olmoe_int4_container", "deepseek_v3_int8_container"] {
+        let r = Reference::load(name);
+        let (v, got) = eval_logits(name, &["--fast-int8"]).unwrap();
+        let vocab = r.vocab();
+        let mut worst = 0.0f32;
+        for (g, w) in got.chunks_exact(vocab).zip(r.logits.chunks_exact(vocab)) {
+            let scale = w.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+            let diff = g
+                .iter()
+                .zip(w)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            worst = worst.max(diff / scale);
+        }
+        assert!(
+            worst > 1e-4,
+            "{name}: --fast-int8 changed nothing ({worst:e})"
+        );
+        assert!(
+            worst < 0.05,
+            "{name}: --fast-int8 logits {worst:e} of the row scale off"
+        );
+        let tf = ids(&r.json["tf_pred"]);
+        let agree = ids(&v["tf_pred"])
+            .iter()
+            .zip(&tf)
+            .filter(|(a, b)| a == b)
+            .count();
+        assert!(
+            agree * 10 >= tf.len() * 9,
+            "{name}: top-1 agrees on {agree} of {}",
+            tf.len()
+        );
+    }
+    // A model without int8/int4 matrices computes exactly as without the flag.
+    let (_, plain) = eval_logits("llama_gqa", &[]).unwrap();
+    let (_, fast) = eval_logits("llama_gqa", &["--fast-int8"]).unwrap();
+    assert!(plain
+        .iter()
+        .zip(&fast)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+}
+
 #[test]
 fn run_with_prompt_ids_continues_greedily_like_transformers() {
     for name in TINY_FIXTURES {

@@ -1,0 +1,351 @@
+//! The optional fast mode, never the default: int8 activations against int8 and int4
+//! weights, multiplied in integers with AVX-512 VNNI (`vpdpbusd`), as llama.cpp's Q8_0
+//! path does.
+//!
+//! **Not token-exact.** The activations are rounded to int8 (one scale per
+//! [`ACT_BLOCK`] elements, `d = max|x| / 127`, `q = round(x / d)`, ties to even), so the results differ
+//! from the exact engine and from `transformers`; `cargo xtask fast-int8` measures the
+//! teacher-forced agreement on every oracle fixture. The mode is process-wide, switched
+//! on once before a model runs ([`set_int8_activations`], `coli --fast-int8`), and only
+//! [`crate::matmul::matmul`] / [`crate::matmul::matmul_many`] consult it.
+//!
+//! The arithmetic is still fixed, so the fast mode keeps every other invariant: the
+//! vector kernel equals [`dot_rows_scalar`] bit for bit, and no thread count, batch size
+//! or placement changes a result. Element `i` of a row sits in a *layout position*
+//! (int8: `i`; int4: within each 64-element chunk the 32 even elements, then the 32 odd
+//! ones, which is where the packed nibbles fall). Lane `l` covers positions `4l..4l + 4`
+//! and computes, exactly in integers, `Σ stored·q` (int8 weights are read as `w + 128`
+//! and int4 nibbles as `v + 8`, both unsigned, and the offset's product with the
+//! activations is subtracted through a per-lane correction precomputed per token). The
+//! lane's sum becomes an f32 and is accumulated as `fma(sum, d_lane · scale, acc[l % 16])`,
+//! and the 16 accumulators are summed by the fixed halving tree
+//! ([`crate::dot::reduce_lanes`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::dot::{reduce_lanes, WFormat, LANES};
+use crate::matmul::MatRef;
+
+/// Activation elements sharing one int8 scale (as Q8_0's blocks).
+pub const ACT_BLOCK: usize = 32;
+
+/// Elements of one kernel step: one 64-byte vector of int8 weights.
+const CHUNK: usize = 64;
+
+static INT8_ACTIVATIONS: AtomicBool = AtomicBool::new(false);
+
+/// Switches the fast mode on or off for the whole process. Set it before a model runs:
+/// results computed under one setting are not comparable with the other's.
+pub fn set_int8_activations(on: bool) {
+    INT8_ACTIVATIONS.store(on, Ordering::Relaxed);
+}
+
+/// Whether the fast mode is on.
+pub fn int8_activations() -> bool {
+    INT8_ACTIVATIONS.load(Ordering::Relaxed)
+}
+
+/// Whether this CPU has the instructions of the fast kernels (AVX-512 F, BW and VNNI).
+/// Without them the fast mode still computes the same results, in scalar code, slowly.
+pub fn vnni_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether the fast kernels take this matrix: int8 or int4 with block scales, whole
+/// 64-element chunks per row, and each chunk inside one scale block.
+pub fn takes(m: &MatRef) -> bool {
+    let Some(s) = m.scales else {
+        return false;
+    };
+    matches!(m.fmt, WFormat::I8 | WFormat::I4)
+        && m.cols > 0
+        && m.cols.is_multiple_of(CHUNK)
+        && (s.block_cols.is_multiple_of(CHUNK) || s.block_cols >= m.cols)
+}
+
+/// The element at layout position `p` (see the module documentation).
+#[inline]
+fn element_at(fmt: WFormat, p: usize) -> usize {
+    match fmt {
+        WFormat::I4 => {
+            let (c, o) = (p / CHUNK * CHUNK, p % CHUNK);
+            if o < CHUNK / 2 {
+                c + 2 * o
+            } else {
+                c + 2 * (o - CHUNK / 2) + 1
+            }
+        }
+        _ => p,
+    }
+}
+
+/// The unsigned offset the kernels read a stored weight with.
+fn weight_offset(fmt: WFormat) -> i32 {
+    if fmt == WFormat::I4 {
+        8
+    } else {
+        128
+    }
+}
+
+/// One token's activations, quantized for one weight format's layout.
+#[derive(Clone, Debug)]
+pub struct Int8Acts {
+    fmt: WFormat,
+    /// int8 values in layout order.
+    q: Vec<i8>,
+    /// Per lane: minus the weight offset times the sum of the lane's four values.
+    neg: Vec<i32>,
+    /// Per lane: the scale of the activation block its elements belong to.
+    d: Vec<f32>,
+}
+
+impl Int8Acts {
+    /// Quantizes `x` for rows of `fmt` (int8 or int4): per [`ACT_BLOCK`] elements
+    /// `d = max|x| / 127` and `q = round(x / d)` (ties to even, as the vector rounding
+    /// instructions do), an all-zero block giving `d = 0`. `None` when `x` holds a
+    /// non-finite value or its length is not a whole number of 64-element chunks: the
+    /// exact kernels then run instead.
+    pub fn quantize(fmt: WFormat, x: &[f32]) -> Option<Int8Acts> {
+        if !matches!(fmt, WFormat::I8 | WFormat::I4)
+            || !x.len().is_multiple_of(CHUNK)
+            || !x.iter().all(|v| v.is_finite())
+        {
+            return None;
+        }
+        let n = x.len();
+        let mut natural = vec![0i8; n];
+        let mut block_d = vec![0.0f32; n / ACT_BLOCK];
+        for ((xs, qs), d) in x
+            .chunks_exact(ACT_BLOCK)
+            .zip(natural.chunks_exact_mut(ACT_BLOCK))
+            .zip(&mut block_d)
+        {
+            let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            if amax == 0.0 {
+                continue;
+            }
+            *d = amax / 127.0;
+            for (q, &v) in qs.iter_mut().zip(xs) {
+                *q = (v / *d).round_ties_even().clamp(-127.0, 127.0) as i8;
+            }
+        }
+        let q = if fmt == WFormat::I4 {
+            let mut q = vec![0i8; n];
+            for (o, i) in q.chunks_exact_mut(CHUNK).zip(natural.chunks_exact(CHUNK)) {
+                for j in 0..CHUNK / 2 {
+                    o[j] = i[2 * j];
+                    o[CHUNK / 2 + j] = i[2 * j + 1];
+                }
+            }
+            q
+        } else {
+            natural
+        };
+        let off = weight_offset(fmt);
+        let neg = q
+            .chunks_exact(4)
+            .map(|l| -off * (l[0] as i32 + l[1] as i32 + l[2] as i32 + l[3] as i32))
+            .collect();
+        let d = (0..n / 4)
+            .map(|l| block_d[element_at(fmt, 4 * l) / ACT_BLOCK])
+            .collect();
+        Some(Int8Acts { fmt, q, neg, d })
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+}
+
+/// The stored weight at layout position `p`, as the unsigned value the kernels multiply.
+#[inline]
+fn stored_unsigned(fmt: WFormat, row: &[u8], p: usize) -> i32 {
+    match fmt {
+        WFormat::I4 => {
+            let (c, o) = (p / CHUNK, p % CHUNK);
+            let b = row[c * CHUNK / 2 + o % (CHUNK / 2)];
+            (if o < CHUNK / 2 { b & 0x0F } else { b >> 4 }) as i32
+        }
+        _ => (row[p] ^ 0x80) as i32,
+    }
+}
+
+/// The reference: the definition of the fast mode's dot product of `rows` (their
+/// `scales`, one per `block_cols` columns) with quantized activations `a`.
+pub fn dot_rows_scalar<const R: usize>(
+    rows: [&[u8]; R],
+    scales: [&[f32]; R],
+    block_cols: usize,
+    a: &Int8Acts,
+) -> [f32; R] {
+    std::array::from_fn(|r| {
+        let mut acc = [0.0f32; LANES];
+        for l in 0..a.len() / 4 {
+            let mut sum = a.neg[l];
+            for p in 4 * l..4 * l + 4 {
+                sum += stored_unsigned(a.fmt, rows[r], p) * a.q[p] as i32;
+            }
+            let s = a.d[l] * scales[r][4 * l / CHUNK * CHUNK / block_cols];
+            acc[l % LANES] = (sum as f32).mul_add(s, acc[l % LANES]);
+        }
+        reduce_lanes(acc)
+    })
+}
+
+/// [`dot_rows_scalar`] on the best code this CPU runs; `next` (the rows that follow) is
+/// prefetched meanwhile.
+pub fn dot_rows<const R: usize>(
+    rows: [&[u8]; R],
+    scales: [&[f32]; R],
+    block_cols: usize,
+    a: &Int8Acts,
+    next: &[u8],
+) -> [f32; R] {
+    dot_block(rows, scales, block_cols, [a], next)[0]
+}
+
+/// [`dot_rows_scalar`] of `R` rows with each of `T` tokens' activations (all quantized for
+/// the rows' format), on the best code this CPU runs; `next` is prefetched meanwhile.
+pub fn dot_block<const R: usize, const T: usize>(
+    rows: [&[u8]; R],
+    scales: [&[f32]; R],
+    block_cols: usize,
+    acts: [&Int8Acts; T],
+    next: &[u8],
+) -> [[f32; R]; T] {
+    for a in acts {
+        check(&rows, &scales, block_cols, a);
+        assert_eq!(
+            (a.fmt, a.len()),
+            (acts[0].fmt, acts[0].len()),
+            "one format and length"
+        );
+    }
+    #[cfg(target_arch = "x86_64")]
+    if T > 0 && vnni_available() {
+        // SAFETY: the CPU has AVX-512 F/BW/VNNI (checked); `check` validated the lengths
+        // the loads rely on.
+        return unsafe { x86::dot_block_vnni(rows, scales, block_cols, acts, next) };
+    }
+    let _ = next;
+    acts.map(|a| dot_rows_scalar(rows, scales, block_cols, a))
+}
+
+fn check<const R: usize>(rows: &[&[u8]; R], scales: &[&[f32]; R], block_cols: usize, a: &Int8Acts) {
+    let k = a.len();
+    assert!(block_cols > 0, "empty scale block");
+    for r in 0..R {
+        assert_eq!(rows[r].len(), a.fmt.row_bytes(k), "row bytes");
+        assert!(
+            scales[r].len() >= k.div_ceil(block_cols),
+            "one scale per block"
+        );
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Int8Acts, CHUNK};
+    use crate::dot::x86::{prefetch_next, reduce16_avx512};
+    use crate::dot::{WFormat, LANES};
+    use std::arch::x86_64::*;
+
+    /// The vector form of [`super::dot_rows_scalar`] for `R` rows and `T` tokens: each
+    /// chunk of weights is loaded once for all tokens, each token's activations once for
+    /// all rows.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+    pub(super) unsafe fn dot_block_vnni<const R: usize, const T: usize>(
+        rows: [&[u8]; R],
+        scales: [&[f32]; R],
+        block_cols: usize,
+        acts: [&Int8Acts; T],
+        next: &[u8],
+    ) -> [[f32; R]; T] {
+        let k = acts[0].len();
+        let fmt = acts[0].fmt;
+        let chunk_bytes = fmt.row_bytes(CHUNK);
+        // Cache lines of `next` per chunk step, counted as `prefetch_next` does per LANES.
+        let lines = (R * chunk_bytes).div_ceil(64);
+        let mut acc = [[_mm512_setzero_ps(); R]; T];
+        let flip = _mm512_set1_epi8(0x80u8 as i8);
+        let low = _mm512_set1_epi8(0x0F);
+        // The low 32 bytes keep each byte's low nibble, the high 32 its high nibble.
+        let shifts = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(4));
+        // The activations' pointers, out of the structs (kept in registers or one load).
+        let (mut qp, mut np, mut dp) = (
+            [std::ptr::null(); T],
+            [std::ptr::null(); T],
+            [std::ptr::null(); T],
+        );
+        for t in 0..T {
+            (qp[t], np[t], dp[t]) = (acts[t].q.as_ptr(), acts[t].neg.as_ptr(), acts[t].d.as_ptr());
+        }
+        // Chunks per scale block (every chunk lies in one block: `super::takes`).
+        let chunks = k / CHUNK;
+        let per_block = (block_cols / CHUNK).clamp(1, chunks);
+        // One 64-element step of every row and token; `$load` gives a row's 64 unsigned
+        // weights.
+        macro_rules! steps {
+            ($load:expr) => {
+                for (blk, c0) in (0..chunks).step_by(per_block).enumerate() {
+                    let mut ws = [_mm512_setzero_ps(); R];
+                    for r in 0..R {
+                        ws[r] = _mm512_set1_ps(scales[r][blk]);
+                    }
+                    for c in c0..(c0 + per_block).min(chunks) {
+                        prefetch_next(next, c * LANES, lines);
+                        // Plain loops, not `array::from_fn`: its closure would not be
+                        // inlined into this function's instruction set.
+                        let mut w = [_mm512_setzero_si512(); R];
+                        for r in 0..R {
+                            w[r] = $load(rows[r].as_ptr().add(c * chunk_bytes));
+                        }
+                        for t in 0..T {
+                            let q = _mm512_loadu_si512(qp[t].add(c * CHUNK).cast());
+                            let neg = _mm512_loadu_si512(np[t].add(c * LANES).cast());
+                            let d = _mm512_loadu_ps(dp[t].add(c * LANES));
+                            for r in 0..R {
+                                let sum = _mm512_dpbusd_epi32(neg, w[r], q);
+                                let s = _mm512_mul_ps(d, ws[r]);
+                                acc[t][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), s, acc[t][r]);
+                            }
+                        }
+                    }
+                }
+            };
+        }
+        match fmt {
+            WFormat::I4 => steps!(|p: *const u8| {
+                let b = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.cast()));
+                _mm512_and_si512(_mm512_srlv_epi16(b, shifts), low)
+            }),
+            _ => steps!(|p: *const u8| _mm512_xor_si512(_mm512_loadu_si512(p.cast()), flip)),
+        }
+        let mut out = [[0.0f32; R]; T];
+        for t in 0..T {
+            for r in 0..R {
+                out[t][r] = reduce16_avx512(acc[t][r]);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;
