@@ -9,7 +9,7 @@ pub enum Isa {
     Scalar,
     /// AVX2 + FMA + F16C.
     Avx2,
-    /// AVX-512F (+ the AVX2 set for conversions).
+    /// AVX-512 F and BW (+ the AVX2 set for conversions).
     Avx512,
 }
 
@@ -23,7 +23,7 @@ pub fn available() -> Vec<Isa> {
             && is_x86_feature_detected!("f16c")
         {
             v.push(Isa::Avx2);
-            if is_x86_feature_detected!("avx512f") {
+            if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") {
                 v.push(Isa::Avx512);
             }
         }
@@ -84,7 +84,7 @@ mod tests {
             assert_eq!(all.contains(&Isa::Avx2), avx2);
             assert_eq!(
                 all.contains(&Isa::Avx512),
-                avx2 && is_x86_feature_detected!("avx512f")
+                avx2 && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
             );
         }
     }

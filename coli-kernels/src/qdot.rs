@@ -218,7 +218,7 @@ mod x86 {
         _mm256_or_ps(m, _mm256_castsi256_ps(sign))
     }
 
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
     pub(super) unsafe fn dot_rows_scaled_avx512<const R: usize>(
         fmt: WFormat,
         rows: [&[u8]; R],
@@ -305,7 +305,18 @@ mod x86 {
                                     let w = e4m3x16::<$nan>(rows[r].as_ptr().add(i));
                                     acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(w, sv[r]), xv, acc[r]);
                                 }
-                            }
+                            },
+                            // Thirty-two weights converted in one 512-bit pass (the two
+                            // halves' FMAs in element order, as two single steps).
+                            Some(|i: usize, sv: &[__m512; R], acc: &mut [__m512; R]| {
+                                let x0 = _mm512_loadu_ps(xp.add(i));
+                                let x1 = _mm512_loadu_ps(xp.add(i + LANES));
+                                for r in 0..R {
+                                    let (w0, w1) = e4m3x32::<$nan>(rows[r].as_ptr().add(i));
+                                    acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(w0, sv[r]), x0, acc[r]);
+                                    acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(w1, sv[r]), x1, acc[r]);
+                                }
+                            })
                         )
                     };
                 }
@@ -363,6 +374,31 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     unsafe fn e4m3x16<const NAN: bool>(p: *const u8) -> __m512 {
         _mm512_cvtph_ps(e4m3_as_f16x16::<NAN>(_mm_loadu_si128(p.cast())))
+    }
+
+    /// Thirty-two e4m3 bytes as two vectors of sixteen f32s, divided by 2^8 (exact): the
+    /// mapping of [`e4m3_as_f16x16`] on 32 lanes at once.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    unsafe fn e4m3x32<const NAN: bool>(p: *const u8) -> (__m512, __m512) {
+        let sx = _mm512_cvtepi8_epi16(_mm256_loadu_si256(p.cast()));
+        let mut bits = _mm512_and_si512(
+            _mm512_slli_epi16::<7>(sx),
+            _mm512_set1_epi16(0xBFFFu16 as i16),
+        );
+        if NAN {
+            let mag = _mm512_and_si512(bits, _mm512_set1_epi16(0x7FFF));
+            let nan = _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x3F80));
+            bits = _mm512_mask_blend_epi16(
+                nan,
+                bits,
+                _mm512_or_si512(bits, _mm512_set1_epi16(0x7E00)),
+            );
+        }
+        (
+            _mm512_cvtph_ps(_mm512_castsi512_si256(bits)),
+            _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(bits)),
+        )
     }
 
     /// Sixteen e4m3 bytes as two halves of eight f32s, divided by 2^8 (exact).
