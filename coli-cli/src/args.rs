@@ -105,7 +105,8 @@ pub(crate) struct ModelArg {
     /// Cached experts per MoE layer (instead of --expert-cache).
     #[arg(long, conflicts_with = "expert_cache")]
     pub(crate) cap: Option<usize>,
-    /// Read experts with O_DIRECT (bypass the page cache).
+    /// Read experts with O_DIRECT (bypass the page cache). Default: on when the automatic
+    /// expert cache cannot hold every expert (RAM is short), off otherwise.
     #[arg(long)]
     pub(crate) direct: bool,
     /// Expert reads ahead of use: "on" (default) reads a layer's missing experts in parallel

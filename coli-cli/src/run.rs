@@ -124,7 +124,7 @@ fn run_json(engine: &Engine, g: &Completion) -> serde_json::Value {
             "placement": {
                 "threads": rayon::current_num_threads(),
                 "prefetch": engine.placement().prefetch.as_str(),
-                "direct": engine.placement().direct,
+                "direct": engine.reads_direct(),
             },
         }
     });

@@ -345,6 +345,12 @@ impl Engine {
         &self.placement
     }
 
+    /// Whether routed experts are streamed with `O_DIRECT` (asked for, or chosen by
+    /// [`Placement::reads_direct`]); false without an expert store.
+    pub fn reads_direct(&self) -> bool {
+        self.model.store.as_ref().is_some_and(|s| s.direct())
+    }
+
     /// Seconds the load and placement took.
     pub fn load_s(&self) -> f64 {
         self.load_s

@@ -184,5 +184,28 @@ fn default_run_completes_in_a_memory_cgroup_smaller_than_the_model() {
         "the cache must be sized from the cgroup, got {cap} of 32 per layer"
     );
     assert_eq!(v["generated_ids"].as_array().unwrap().len(), 8);
-    eprintln!("cgroup run: limit {limit} B, peak {peak} B, cap {cap}/32, model {model_bytes} B");
+    // RAM is short, so the experts stream past the page cache (O_DIRECT) by default,
+    // unless the temporary directory's filesystem refuses it.
+    let direct = v["stats"]["placement"]["direct"].as_bool().unwrap();
+    assert!(
+        direct || !o_direct_opens(&model),
+        "an automatic cache of {cap}/32 streams with O_DIRECT"
+    );
+    eprintln!("cgroup run: limit {limit} B, peak {peak} B, cap {cap}/32, model {model_bytes} B, direct {direct}");
+}
+
+/// Whether a file of the model directory opens with `O_DIRECT` (tmpfs before Linux 6.6
+/// and some other filesystems refuse it).
+fn o_direct_opens(dir: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .expect("a shard");
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(file)
+        .is_ok()
 }

@@ -119,14 +119,24 @@ impl Transformer {
         ) else {
             return self.make_experts_resident();
         };
-        let cfg = StoreConfig {
+        let mut cfg = StoreConfig {
             cap,
-            direct: p.direct,
+            direct: p.reads_direct(cap, census.experts_per_layer),
             prefetch: p.prefetch,
             pinned: self.hottest_experts(dir, p.pin_bytes, census.expert_bytes),
         };
         self.store = None;
-        self.store = Some(ExpertStore::new(&self.expert_locations(), &cfg)?);
+        let locations = self.expert_locations();
+        let store = match ExpertStore::new(&locations, &cfg) {
+            // O_DIRECT chosen by default, not asked for: a filesystem that refuses it
+            // gets buffered reads instead of an error.
+            Err(_) if cfg.direct && !p.direct => {
+                cfg.direct = false;
+                ExpertStore::new(&locations, &cfg)?
+            }
+            r => r?,
+        };
+        self.store = Some(store);
         Ok(())
     }
 

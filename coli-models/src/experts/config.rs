@@ -160,7 +160,8 @@ pub enum CacheSize {
 pub struct Placement {
     /// Cache size.
     pub cache: CacheSize,
-    /// `O_DIRECT` reads.
+    /// `O_DIRECT` reads. Without it they are still chosen for an automatic cache that
+    /// cannot hold every expert ([`Placement::reads_direct`]).
     pub direct: bool,
     /// Read-ahead mode.
     pub prefetch: Prefetch,
@@ -209,7 +210,42 @@ impl Placement {
     }
 }
 
+impl Placement {
+    /// Whether experts are read with `O_DIRECT` when `cap` of `experts_per_layer` experts
+    /// are cached per layer: when asked (`--direct`), and by default when the cache was
+    /// sized automatically and still cannot hold every expert. RAM is then short, and the
+    /// page cache would only compete with the expert cache for it (in a 3 GB memory
+    /// cgroup, an OLMoE-geometry model decoded at 2.2 tok/s through the page cache and
+    /// 3.5 with `O_DIRECT`, BENCHMARKS.md). An explicit cache size keeps the page cache:
+    /// it may be small on purpose on a machine with RAM to spare.
+    pub fn reads_direct(&self, cap: usize, experts_per_layer: usize) -> bool {
+        self.direct || (matches!(self.cache, CacheSize::Auto) && cap < experts_per_layer)
+    }
+}
+
 /// I/O threads for prefetch.
 const PREFETCH_THREADS: usize = 4;
 
 pub use super::memory::available_memory;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_automatic_cache_short_of_the_experts_reads_direct_by_default() {
+        let with = |cache, direct| Placement {
+            cache,
+            direct,
+            ..Placement::default()
+        };
+        // Automatic: direct exactly when the cache holds fewer than every expert.
+        assert!(with(CacheSize::Auto, false).reads_direct(7, 64));
+        assert!(!with(CacheSize::Auto, false).reads_direct(64, 64));
+        // An explicit size keeps the page cache unless --direct says otherwise.
+        assert!(!with(CacheSize::Slots(7), false).reads_direct(7, 64));
+        assert!(!with(CacheSize::Bytes(1 << 30), false).reads_direct(7, 64));
+        assert!(with(CacheSize::Slots(7), true).reads_direct(7, 64));
+        assert!(with(CacheSize::Auto, true).reads_direct(64, 64));
+    }
+}

@@ -415,6 +415,11 @@ impl ExpertStore {
         self.cap
     }
 
+    /// Whether experts are read with `O_DIRECT`.
+    pub fn direct(&self) -> bool {
+        self.shared.direct
+    }
+
     /// Bytes of one expert of `layer` (the sum of its three matrices).
     pub fn expert_bytes(&self, layer: usize) -> u64 {
         self.shared.locs[layer]
