@@ -322,27 +322,45 @@ fn rows_block_fused<'s>(
         // SAFETY: t < n_tok and r < m.rows, inside `out`; rows r0..r1 belong to this task.
         unsafe { *out.0.add(t * m.rows + r) = v };
     };
-    let w = m.fmt.row_bytes(k);
-    let mut r = r0;
-    while r + 4 <= r1 {
-        let rows = [m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)];
+    let rest = row_quads(m, r0, r1, |r, rows, next| {
         let sc = [scales(r), scales(r + 1), scales(r + 2), scales(r + 3)];
-        let next = &m.bytes[((r + 4) * w).min(r1 * w)..((r + 8) * w).min(r1 * w)];
         for t in 0..n_tok {
             let v = qdot::dot_rows_scaled(isa, m.fmt, rows, sc, s.block_cols, x(t), next);
             for (j, &val) in v.iter().enumerate() {
                 put(t, r + j, val);
             }
         }
-        r += 4;
-    }
-    for r in r..r1 {
+    });
+    for r in rest..r1 {
         for t in 0..n_tok {
             let v =
                 qdot::dot_rows_scaled(isa, m.fmt, [m.row(r)], [scales(r)], s.block_cols, x(t), &[]);
             put(t, r, v[0]);
         }
     }
+}
+
+/// Rows `r0..r1` of `m` four at a time: `f(r, rows r..r + 4, next)`, `next` the bytes of
+/// the four rows after them (within `r1`), to prefetch while these are computed. Returns
+/// the first row left over (fewer than four).
+fn row_quads<'a>(
+    m: &MatRef<'a>,
+    r0: usize,
+    r1: usize,
+    mut f: impl FnMut(usize, [&'a [u8]; 4], &'a [u8]),
+) -> usize {
+    let w = m.fmt.row_bytes(m.cols);
+    let mut r = r0;
+    while r + 4 <= r1 {
+        let rows = [m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)];
+        f(
+            r,
+            rows,
+            &m.bytes[((r + 4) * w).min(r1 * w)..((r + 8) * w).min(r1 * w)],
+        );
+        r += 4;
+    }
+    r
 }
 
 /// Where a row block writes: token `t`'s output `r` at `ptr[t * stride + r]`.
@@ -572,12 +590,8 @@ fn rows_block_int8_acts(m: &MatRef, acts: &[fast::Int8Acts], r0: usize, r1: usiz
     };
     with_scale_rows(&s, cb, first, n_blocks, |all| {
         let scales = |r: usize| &all[(r / s.block_rows - first) * cb..][..cb];
-        let w = m.fmt.row_bytes(k);
-        let mut r = r0;
-        while r + 4 <= r1 {
-            let rows = [m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)];
+        let rest = row_quads(m, r0, r1, |r, rows, next| {
             let sc = [scales(r), scales(r + 1), scales(r + 2), scales(r + 3)];
-            let next = &m.bytes[((r + 4) * w).min(r1 * w)..((r + 8) * w).min(r1 * w)];
             // Three tokens at a time share each weight load (12 accumulators); the rows
             // that follow are prefetched during the first pass only.
             let mut t = 0;
@@ -605,9 +619,8 @@ fn rows_block_int8_acts(m: &MatRef, acts: &[fast::Int8Acts], r0: usize, r1: usiz
                 }
                 t += 1;
             }
-            r += 4;
-        }
-        for r in r..r1 {
+        });
+        for r in rest..r1 {
             for (t, a) in acts.iter().enumerate() {
                 put(
                     t,

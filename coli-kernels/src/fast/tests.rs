@@ -76,6 +76,31 @@ fn weights(fmt: WFormat, row: &[u8], k: usize) -> Vec<f64> {
     (0..k).map(|i| fmt.load(row, i) as f64).collect()
 }
 
+/// A proptest's case: `chunks` of 64 columns, scale blocks of 64, 128 or the whole row.
+struct Case {
+    fmt: WFormat,
+    k: usize,
+    bc: usize,
+    rows: Vec<Vec<u8>>,
+    scales: Vec<Vec<f32>>,
+    x: Vec<f32>,
+}
+
+fn drawn(chunks: usize, blocks: usize, seed: u64, int4: bool) -> Case {
+    let fmt = if int4 { WFormat::I4 } else { WFormat::I8 };
+    let k = chunks * 64;
+    let bc = [64, 128, k][blocks];
+    let (rows, scales, x) = case(fmt, k, bc, seed);
+    Case {
+        fmt,
+        k,
+        bc,
+        rows,
+        scales,
+        x,
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
     /// The vector kernel gives the scalar definition's bits, 4 rows and 1, int8 and
@@ -87,10 +112,7 @@ proptest! {
         seed in any::<u64>(),
         int4 in any::<bool>(),
     ) {
-        let fmt = if int4 { WFormat::I4 } else { WFormat::I8 };
-        let k = chunks * 64;
-        let bc = [64, 128, k][blocks];
-        let (rows, scales, x) = case(fmt, k, bc, seed);
+        let Case { fmt, k, bc, rows, scales, x } = drawn(chunks, blocks, seed, int4);
         let a = Int8Acts::quantize(fmt, &x).expect("finite, whole chunks");
         let r4 = [&rows[0][..], &rows[1], &rows[2], &rows[3]];
         let s4 = [&scales[0][..], &scales[1], &scales[2], &scales[3]];
@@ -123,10 +145,7 @@ proptest! {
         seed in any::<u64>(),
         int4 in any::<bool>(),
     ) {
-        let fmt = if int4 { WFormat::I4 } else { WFormat::I8 };
-        let k = chunks * 64;
-        let bc = [64, 128, k][blocks];
-        let (rows, scales, x) = case(fmt, k, bc, seed);
+        let Case { fmt, k, bc, rows, scales, x } = drawn(chunks, blocks, seed, int4);
         let a = Int8Acts::quantize(fmt, &x).expect("finite");
         let xq = dequantized_activations(&x);
         for r in 0..4 {
