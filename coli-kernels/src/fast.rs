@@ -2,9 +2,9 @@
 //! weights, multiplied in integers with AVX-512 VNNI (`vpdpbusd`), as llama.cpp's Q8_0
 //! path does.
 //!
-//! **Not token-exact.** The activations are rounded to int8 (one scale per
-//! [`ACT_BLOCK`] elements, `d = max|x| / 127`, `q = round(x / d)`, ties to even), so the results differ
-//! from the exact engine and from `transformers`; `cargo xtask fast-int8` measures the
+//! **Not token-exact.** The activations are rounded to int8 (one scale per block of
+//! [`act_block`] elements, `d = max|x| / 127`, `q = round(x / d)`, ties to even), so the
+//! results differ from the exact engine and from `transformers`; `cargo xtask fast-int8` measures the
 //! teacher-forced agreement on every oracle fixture. The mode is process-wide, switched
 //! on once before a model runs ([`set_int8_activations`], `coli --fast-int8`), and only
 //! [`crate::matmul::matmul`] / [`crate::matmul::matmul_many`] consult it.
@@ -13,20 +13,26 @@
 //! vector kernel equals [`dot_rows_scalar`] bit for bit, and no thread count, batch size
 //! or placement changes a result. Element `i` of a row sits in a *layout position*
 //! (int8: `i`; int4: within each 64-element chunk the 32 even elements, then the 32 odd
-//! ones, which is where the packed nibbles fall). Lane `l` covers positions `4l..4l + 4`
-//! and computes, exactly in integers, `Σ stored·q` (int8 weights are read as `w + 128`
-//! and int4 nibbles as `v + 8`, both unsigned, and the offset's product with the
-//! activations is subtracted through a per-lane correction precomputed per token). The
-//! lane's sum becomes an f32 and is accumulated as `fma(sum, d_lane · scale, acc[l % 16])`,
-//! and the 16 accumulators are summed by the fixed halving tree
-//! ([`crate::dot::reduce_lanes`]).
+//! ones, which is where the packed nibbles fall). Positions come in *groups* of
+//! [`chunks_per_group`] 64-element chunks (int4: one chunk, whose two halves have
+//! activation scales of their own; int8: the whole activation block of two or four chunks
+//! where the row has a multiple of them, else one chunk as for int4).
+//! Lane `l` of a group covers positions `4l..4l + 4` of each of its chunks and computes,
+//! exactly in integers, `Σ stored·q` over them (int8 weights are read as `w + 128` and
+//! int4 nibbles as `v + 8`, both unsigned, and the offset's product with the activations
+//! is subtracted through a per-lane correction precomputed per token). The lane's sum
+//! becomes an f32 once per group and is accumulated as `fma(sum, d_lane · scale,
+//! acc[l])`, and the 16 accumulators are summed by the fixed halving tree
+//! ([`crate::dot::reduce_lanes`]). Longer int8 groups are what makes the mode cheaper
+//! than the exact kernels: one integer instruction per 64 weights, the float work once
+//! per group.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::dot::{reduce_lanes, WFormat, LANES};
 use crate::matmul::MatRef;
 
-/// Activation elements sharing one int8 scale (as Q8_0's blocks).
+/// Activation elements sharing one int8 scale in front of int4 weights (as Q8_0's blocks).
 pub const ACT_BLOCK: usize = 32;
 
 /// Elements of one kernel step: one 64-byte vector of int8 weights.
@@ -60,16 +66,41 @@ pub fn vnni_available() -> bool {
     }
 }
 
+/// Chunks of 64 positions per group for rows of `cols` elements of `fmt`: int4 one; int8
+/// four, two or one, the most that divides the row.
+pub fn chunks_per_group(fmt: WFormat, cols: usize) -> usize {
+    match fmt {
+        WFormat::I8 => [4, 2, 1]
+            .into_iter()
+            .find(|g| cols.is_multiple_of(g * CHUNK))
+            .unwrap_or(1),
+        _ => 1,
+    }
+}
+
+/// Activation elements sharing one int8 scale in front of rows of `cols` elements of
+/// `fmt`: a whole group for int8 rows of a multiple of 128 or 256 elements (llama.cpp's
+/// Q8_K takes 256), else [`ACT_BLOCK`]. A group of one chunk keeps the two 32-element
+/// blocks: on the oracle fixtures (rows of 64) one 64-element block moved the logits up
+/// to 30 times further from the exact engine's (`cargo xtask fast-int8`).
+pub fn act_block(fmt: WFormat, cols: usize) -> usize {
+    match fmt {
+        WFormat::I8 if chunks_per_group(fmt, cols) > 1 => chunks_per_group(fmt, cols) * CHUNK,
+        _ => ACT_BLOCK,
+    }
+}
+
 /// Whether the fast kernels take this matrix: int8 or int4 with block scales, whole
-/// 64-element chunks per row, and each chunk inside one scale block.
+/// 64-element chunks per row, and each group inside one scale block.
 pub fn takes(m: &MatRef) -> bool {
     let Some(s) = m.scales else {
         return false;
     };
+    let group = chunks_per_group(m.fmt, m.cols) * CHUNK;
     matches!(m.fmt, WFormat::I8 | WFormat::I4)
         && m.cols > 0
         && m.cols.is_multiple_of(CHUNK)
-        && (s.block_cols.is_multiple_of(CHUNK) || s.block_cols >= m.cols)
+        && (s.block_cols.is_multiple_of(group) || s.block_cols >= m.cols)
 }
 
 /// The element at layout position `p` (see the module documentation).
@@ -88,6 +119,16 @@ fn element_at(fmt: WFormat, p: usize) -> usize {
     }
 }
 
+/// `v` rounded to the nearest integer, ties to even, for `|v| < 2^22`: adding and taking
+/// away 1.5 · 2^23 leaves no fraction bits, and the addition rounds to nearest even. The
+/// same value as `f32::round_ties_even` (a zero's sign aside), without the library call that a target lacking
+/// SSE4.1's `roundps` makes of it (tested).
+#[inline(always)]
+fn round_ties_even_small(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (v + MAGIC) - MAGIC
+}
+
 /// The unsigned offset the kernels read a stored weight with.
 fn weight_offset(fmt: WFormat) -> i32 {
     if fmt == WFormat::I4 {
@@ -101,16 +142,18 @@ fn weight_offset(fmt: WFormat) -> i32 {
 #[derive(Clone, Debug)]
 pub struct Int8Acts {
     fmt: WFormat,
+    /// Chunks per group.
+    group: usize,
     /// int8 values in layout order.
     q: Vec<i8>,
-    /// Per lane: minus the weight offset times the sum of the lane's four values.
+    /// Per group and lane: minus the weight offset times the sum of the lane's values.
     neg: Vec<i32>,
-    /// Per lane: the scale of the activation block its elements belong to.
+    /// Per group and lane: the scale of the activation block the lane's elements are in.
     d: Vec<f32>,
 }
 
 impl Int8Acts {
-    /// Quantizes `x` for rows of `fmt` (int8 or int4): per [`ACT_BLOCK`] elements
+    /// Quantizes `x` for rows of `fmt` (int8 or int4): per [`act_block`] elements
     /// `d = max|x| / 127` and `q = round(x / d)` (ties to even, as the vector rounding
     /// instructions do), an all-zero block giving `d = 0`. `None` when `x` holds a
     /// non-finite value or its length is not a whole number of 64-element chunks: the
@@ -123,11 +166,12 @@ impl Int8Acts {
             return None;
         }
         let n = x.len();
+        let block = act_block(fmt, n);
         let mut natural = vec![0i8; n];
-        let mut block_d = vec![0.0f32; n / ACT_BLOCK];
+        let mut block_d = vec![0.0f32; n / block];
         for ((xs, qs), d) in x
-            .chunks_exact(ACT_BLOCK)
-            .zip(natural.chunks_exact_mut(ACT_BLOCK))
+            .chunks_exact(block)
+            .zip(natural.chunks_exact_mut(block))
             .zip(&mut block_d)
         {
             let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -136,7 +180,7 @@ impl Int8Acts {
             }
             *d = amax / 127.0;
             for (q, &v) in qs.iter_mut().zip(xs) {
-                *q = (v / *d).round_ties_even().clamp(-127.0, 127.0) as i8;
+                *q = round_ties_even_small(v / *d).clamp(-127.0, 127.0) as i8;
             }
         }
         let q = if fmt == WFormat::I4 {
@@ -152,14 +196,31 @@ impl Int8Acts {
             natural
         };
         let off = weight_offset(fmt);
-        let neg = q
-            .chunks_exact(4)
-            .map(|l| -off * (l[0] as i32 + l[1] as i32 + l[2] as i32 + l[3] as i32))
-            .collect();
-        let d = (0..n / 4)
-            .map(|l| block_d[element_at(fmt, 4 * l) / ACT_BLOCK])
-            .collect();
-        Some(Int8Acts { fmt, q, neg, d })
+        let group = chunks_per_group(fmt, n);
+        let lanes = n / CHUNK / group * LANES;
+        let (mut neg, mut d) = (vec![0i32; lanes], vec![0.0f32; lanes]);
+        // A group's lane l sums positions 4l..4l + 4 of each of the group's chunks.
+        for (qg, ng) in q
+            .chunks_exact(group * CHUNK)
+            .zip(neg.chunks_exact_mut(LANES))
+        {
+            for chunk in qg.chunks_exact(CHUNK) {
+                for (n, l) in ng.iter_mut().zip(chunk.chunks_exact(4)) {
+                    *n -= off * (l[0] as i32 + l[1] as i32 + l[2] as i32 + l[3] as i32);
+                }
+            }
+        }
+        for (i, dl) in d.iter_mut().enumerate() {
+            let (g, l) = (i / LANES, i % LANES);
+            *dl = block_d[element_at(fmt, g * group * CHUNK + 4 * l) / block];
+        }
+        Some(Int8Acts {
+            fmt,
+            group,
+            q,
+            neg,
+            d,
+        })
     }
 
     /// Elements.
@@ -196,13 +257,18 @@ pub fn dot_rows_scalar<const R: usize>(
 ) -> [f32; R] {
     std::array::from_fn(|r| {
         let mut acc = [0.0f32; LANES];
-        for l in 0..a.len() / 4 {
-            let mut sum = a.neg[l];
-            for p in 4 * l..4 * l + 4 {
-                sum += stored_unsigned(a.fmt, rows[r], p) * a.q[p] as i32;
+        let span = a.group * CHUNK;
+        for g in 0..a.len() / span {
+            let ws = scales[r][g * span / block_cols];
+            for (l, acc) in acc.iter_mut().enumerate() {
+                let mut sum = a.neg[g * LANES + l];
+                for c in g * a.group..(g + 1) * a.group {
+                    for p in c * CHUNK + 4 * l..c * CHUNK + 4 * l + 4 {
+                        sum += stored_unsigned(a.fmt, rows[r], p) * a.q[p] as i32;
+                    }
+                }
+                *acc = (sum as f32).mul_add(a.d[g * LANES + l] * ws, *acc);
             }
-            let s = a.d[l] * scales[r][4 * l / CHUNK * CHUNK / block_cols];
-            acc[l % LANES] = (sum as f32).mul_add(s, acc[l % LANES]);
         }
         reduce_lanes(acc)
     })
@@ -232,9 +298,9 @@ pub fn dot_block<const R: usize, const T: usize>(
     for a in acts {
         check(&rows, &scales, block_cols, a);
         assert_eq!(
-            (a.fmt, a.len()),
-            (acts[0].fmt, acts[0].len()),
-            "one format and length"
+            (a.fmt, a.len(), a.group),
+            (acts[0].fmt, acts[0].len(), acts[0].group),
+            "one format, length and grouping"
         );
     }
     #[cfg(target_arch = "x86_64")]
@@ -249,7 +315,11 @@ pub fn dot_block<const R: usize, const T: usize>(
 
 fn check<const R: usize>(rows: &[&[u8]; R], scales: &[&[f32]; R], block_cols: usize, a: &Int8Acts) {
     let k = a.len();
-    assert!(block_cols > 0, "empty scale block");
+    assert!(
+        block_cols > 0 && (block_cols.is_multiple_of(a.group * CHUNK) || block_cols >= k),
+        "each group of {} columns must lie in one scale block of {block_cols}",
+        a.group * CHUNK
+    );
     for r in 0..R {
         assert_eq!(rows[r].len(), a.fmt.row_bytes(k), "row bytes");
         assert!(
@@ -296,19 +366,24 @@ mod x86 {
         for t in 0..T {
             (qp[t], np[t], dp[t]) = (acts[t].q.as_ptr(), acts[t].neg.as_ptr(), acts[t].d.as_ptr());
         }
-        // Chunks per scale block (every chunk lies in one block: `super::takes`).
-        let chunks = k / CHUNK;
-        let per_block = (block_cols / CHUNK).clamp(1, chunks);
-        // One 64-element step of every row and token; `$load` gives a row's 64 unsigned
-        // weights.
+        let (group, groups) = (acts[0].group, k / CHUNK / acts[0].group);
+        // One group of every row and token; `$load` gives a row's 64 unsigned weights. Each
+        // group lies in one scale block (`super::takes`).
         macro_rules! steps {
             ($load:expr) => {
-                for (blk, c0) in (0..chunks).step_by(per_block).enumerate() {
+                for g in 0..groups {
                     let mut ws = [_mm512_setzero_ps(); R];
                     for r in 0..R {
-                        ws[r] = _mm512_set1_ps(scales[r][blk]);
+                        ws[r] = _mm512_set1_ps(scales[r][g * group * CHUNK / block_cols]);
                     }
-                    for c in c0..(c0 + per_block).min(chunks) {
+                    let mut sum = [[_mm512_setzero_si512(); R]; T];
+                    for t in 0..T {
+                        let neg = _mm512_loadu_si512(np[t].add(g * LANES).cast());
+                        for r in 0..R {
+                            sum[t][r] = neg;
+                        }
+                    }
+                    for c in g * group..(g + 1) * group {
                         prefetch_next(next, c * LANES, lines);
                         // Plain loops, not `array::from_fn`: its closure would not be
                         // inlined into this function's instruction set.
@@ -318,13 +393,17 @@ mod x86 {
                         }
                         for t in 0..T {
                             let q = _mm512_loadu_si512(qp[t].add(c * CHUNK).cast());
-                            let neg = _mm512_loadu_si512(np[t].add(c * LANES).cast());
-                            let d = _mm512_loadu_ps(dp[t].add(c * LANES));
                             for r in 0..R {
-                                let sum = _mm512_dpbusd_epi32(neg, w[r], q);
-                                let s = _mm512_mul_ps(d, ws[r]);
-                                acc[t][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), s, acc[t][r]);
+                                sum[t][r] = _mm512_dpbusd_epi32(sum[t][r], w[r], q);
                             }
+                        }
+                    }
+                    for t in 0..T {
+                        let d = _mm512_loadu_ps(dp[t].add(g * LANES));
+                        for r in 0..R {
+                            let s = _mm512_mul_ps(d, ws[r]);
+                            acc[t][r] =
+                                _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t][r]), s, acc[t][r]);
                         }
                     }
                 }

@@ -52,11 +52,11 @@ fn case(fmt: WFormat, k: usize, bc: usize, seed: u64) -> (Vec<Vec<u8>>, Vec<Vec<
     (rows, scales, x)
 }
 
-/// The int8 activations of `x` by the definition, element by element: per 32-element
-/// block `d = max|x| / 127`, `q = round(x / d)`, ties to even.
-fn dequantized_activations(x: &[f32]) -> Vec<f64> {
+/// The int8 activations of `x` by the definition, element by element: per `block`
+/// elements `d = max|x| / 127`, `q = round(x / d)`, ties to even.
+fn dequantized_activations(x: &[f32], block: usize) -> Vec<f64> {
     let mut out = Vec::with_capacity(x.len());
-    for b in x.chunks(ACT_BLOCK) {
+    for b in x.chunks(block) {
         let amax = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         for &v in b {
             out.push(if amax == 0.0 {
@@ -89,7 +89,10 @@ struct Case {
 fn drawn(chunks: usize, blocks: usize, seed: u64, int4: bool) -> Case {
     let fmt = if int4 { WFormat::I4 } else { WFormat::I8 };
     let k = chunks * 64;
-    let bc = [64, 128, k][blocks];
+    // Scale blocks of one and two groups (64 and 128 columns for int4; int8's groups are
+    // up to 256 wide), or the whole row.
+    let group = chunks_per_group(fmt, k) * 64;
+    let bc = [group, 2 * group, k][blocks];
     let (rows, scales, x) = case(fmt, k, bc, seed);
     Case {
         fmt,
@@ -147,7 +150,7 @@ proptest! {
     ) {
         let Case { fmt, k, bc, rows, scales, x } = drawn(chunks, blocks, seed, int4);
         let a = Int8Acts::quantize(fmt, &x).expect("finite");
-        let xq = dequantized_activations(&x);
+        let xq = dequantized_activations(&x, act_block(fmt, k));
         for r in 0..4 {
             let w = weights(fmt, &rows[r], k);
             let terms: Vec<f64> = (0..k).map(|i| w[i] * scales[r][i / bc] as f64 * xq[i]).collect();
@@ -166,7 +169,7 @@ proptest! {
 fn fast_dot_is_within_half_a_step_of_the_exact_one() {
     for (seed, int4) in [(1u64, false), (2, true), (3, false), (4, true)] {
         let fmt = if int4 { WFormat::I4 } else { WFormat::I8 };
-        let (k, bc) = (2048, 64);
+        let (k, bc) = (2048, if int4 { 64 } else { 2048 });
         let (rows, scales, x) = case(fmt, k, bc, seed);
         let a = Int8Acts::quantize(fmt, &x).expect("finite");
         for r in 0..4 {
@@ -174,14 +177,15 @@ fn fast_dot_is_within_half_a_step_of_the_exact_one() {
             let exact: f64 = (0..k)
                 .map(|i| w[i] * scales[r][i / bc] as f64 * x[i] as f64)
                 .sum();
+            let block = act_block(fmt, k);
             let bound: f64 = x
-                .chunks(ACT_BLOCK)
+                .chunks(block)
                 .enumerate()
                 .map(|(b, xs)| {
                     let d = xs.iter().fold(0.0f32, |m, v| m.max(v.abs())) as f64 / 127.0;
-                    (0..ACT_BLOCK)
+                    (0..block)
                         .map(|j| {
-                            let i = b * ACT_BLOCK + j;
+                            let i = b * block + j;
                             (w[i] * scales[r][i / bc] as f64).abs() * d / 2.0
                         })
                         .sum::<f64>()
@@ -217,14 +221,38 @@ fn quantize_refuses_what_the_kernels_cannot_take() {
         y[70] = bad;
         assert!(Int8Acts::quantize(WFormat::I4, &y).is_none(), "{bad}");
     }
-    // Every value of a block at ±max|x| is ±127; zero blocks stay zero.
-    let mut y = vec![0.0f32; 64];
+    // Every value of a block at ±max|x| is ±127; zero blocks stay zero (192 int8 columns:
+    // groups of one chunk, activation blocks of 32).
+    assert_eq!(
+        (
+            chunks_per_group(WFormat::I8, 192),
+            act_block(WFormat::I8, 192)
+        ),
+        (1, 32)
+    );
+    assert_eq!(
+        (
+            chunks_per_group(WFormat::I8, 384),
+            act_block(WFormat::I8, 384)
+        ),
+        (2, 128)
+    );
+    assert_eq!(
+        (
+            chunks_per_group(WFormat::I8, 2048),
+            act_block(WFormat::I8, 2048)
+        ),
+        (4, 256)
+    );
+    assert_eq!(act_block(WFormat::I4, 2048), ACT_BLOCK);
+    let mut y = vec![0.0f32; 192];
     y[0] = -3.0;
     y[1] = 3.0;
     y[2] = 1.5;
     let a = Int8Acts::quantize(WFormat::I8, &y).unwrap();
     assert_eq!(&a.q[..3], &[-127, 127, 64]);
-    assert!(a.q[32..].iter().all(|&q| q == 0) && a.d[8..].iter().all(|&d| d == 0.0));
+    assert!(a.q[3..].iter().all(|&q| q == 0) && a.d[8..].iter().all(|&d| d == 0.0));
+    assert!(a.d[..8].iter().all(|&d| d == 3.0 / 127.0));
 }
 
 #[test]
@@ -241,7 +269,14 @@ fn takes_whole_chunks_inside_one_scale_block() {
     };
     let (one, two, four) = (&[1.0f32; 4][..], &[1.0f32; 8][..], &[1.0f32; 16][..]);
     assert!(mat(WFormat::I8, 128, 128, one));
-    assert!(mat(WFormat::I8, 128, 64, two));
+    assert!(
+        !mat(WFormat::I8, 128, 64, two),
+        "an int8 group of 128 columns spans two blocks"
+    );
+    assert!(
+        mat(WFormat::I8, 192, 64, &[1.0f32; 12][..]),
+        "192 columns: groups of 64"
+    );
     assert!(mat(WFormat::I4, 128, 64, two));
     assert!(
         !mat(WFormat::I4, 128, 32, four),
@@ -324,5 +359,26 @@ fn int8_matmul_is_the_definition_on_any_threads_and_batch() {
         bad[3] = f32::NAN;
         let mut out = vec![0.0f32; n_tok * rows];
         assert!(!matmul_many_int8_acts([&m], &bad, n_tok, [&mut out]));
+    }
+}
+
+/// The quantizer's rounding is `round_ties_even` over the range it sees (|v| ≤ 127, and
+/// beyond, where it is used unclamped), ties included.
+#[test]
+fn magic_rounding_is_round_ties_even() {
+    let mut v = -300.0f32;
+    while v <= 300.0 {
+        for w in [
+            v,
+            v + 0.5,
+            v - 0.5,
+            f32::from_bits(v.to_bits() + 1),
+            f32::from_bits(v.to_bits().wrapping_sub(1)),
+        ] {
+            if w.is_finite() {
+                assert_eq!(round_ties_even_small(w), w.round_ties_even(), "{w}");
+            }
+        }
+        v += 0.125;
     }
 }
