@@ -119,14 +119,32 @@ fn element_at(fmt: WFormat, p: usize) -> usize {
     }
 }
 
+/// The layout position of element `i` (the inverse of [`element_at`]).
+#[inline]
+fn position_of(fmt: WFormat, i: usize) -> usize {
+    match fmt {
+        WFormat::I4 => {
+            let (c, o) = (i / CHUNK * CHUNK, i % CHUNK);
+            c + o / 2 + (o % 2) * (CHUNK / 2)
+        }
+        _ => i,
+    }
+}
+
 /// `v` rounded to the nearest integer, ties to even, for `|v| < 2^22`: adding and taking
 /// away 1.5 · 2^23 leaves no fraction bits, and the addition rounds to nearest even. The
-/// same value as `f32::round_ties_even` (a zero's sign aside), without the library call that a target lacking
-/// SSE4.1's `roundps` makes of it (tested).
+/// same value as `f32::round_ties_even` (a zero's sign aside), without the library call
+/// that a target lacking SSE4.1's `roundps` makes of it (tested).
 #[inline(always)]
 fn round_ties_even_small(v: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0;
     (v + MAGIC) - MAGIC
+}
+
+/// `v` cleared and refilled with `len` zeros, in the memory it has.
+fn zeroed<T: Clone + Default>(v: &mut Vec<T>, len: usize) {
+    v.clear();
+    v.resize(len, T::default());
 }
 
 /// The unsigned offset the kernels read a stored weight with.
@@ -150,6 +168,22 @@ pub struct Int8Acts {
     neg: Vec<i32>,
     /// Per group and lane: the scale of the activation block the lane's elements are in.
     d: Vec<f32>,
+    /// Per activation block, its scale (scratch of `quantize_into`).
+    block_d: Vec<f32>,
+}
+
+impl Default for Int8Acts {
+    /// Empty buffers (for [`Int8Acts::quantize_into`]).
+    fn default() -> Int8Acts {
+        Int8Acts {
+            fmt: WFormat::I8,
+            group: 1,
+            q: Vec::new(),
+            neg: Vec::new(),
+            d: Vec::new(),
+            block_d: Vec::new(),
+        }
+    }
 }
 
 impl Int8Acts {
@@ -159,50 +193,46 @@ impl Int8Acts {
     /// non-finite value or its length is not a whole number of 64-element chunks: the
     /// exact kernels then run instead.
     pub fn quantize(fmt: WFormat, x: &[f32]) -> Option<Int8Acts> {
+        let mut a = Int8Acts::default();
+        a.quantize_into(fmt, x).then_some(a)
+    }
+
+    /// [`Int8Acts::quantize`] into these buffers, reusing their memory (the decode path
+    /// allocates nothing once they have grown); `false`, leaving them unusable, where
+    /// `quantize` gives `None`.
+    pub fn quantize_into(&mut self, fmt: WFormat, x: &[f32]) -> bool {
         if !matches!(fmt, WFormat::I8 | WFormat::I4)
             || !x.len().is_multiple_of(CHUNK)
             || !x.iter().all(|v| v.is_finite())
         {
-            return None;
+            return false;
         }
         let n = x.len();
         let block = act_block(fmt, n);
-        let mut natural = vec![0i8; n];
-        let mut block_d = vec![0.0f32; n / block];
-        for ((xs, qs), d) in x
-            .chunks_exact(block)
-            .zip(natural.chunks_exact_mut(block))
-            .zip(&mut block_d)
-        {
+        let group = chunks_per_group(fmt, n);
+        let lanes = n / CHUNK / group * LANES;
+        self.fmt = fmt;
+        self.group = group;
+        zeroed(&mut self.q, n);
+        zeroed(&mut self.block_d, n / block);
+        for (b, (xs, d)) in x.chunks_exact(block).zip(&mut self.block_d).enumerate() {
             let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             if amax == 0.0 {
                 continue;
             }
             *d = amax / 127.0;
-            for (q, &v) in qs.iter_mut().zip(xs) {
-                *q = round_ties_even_small(v / *d).clamp(-127.0, 127.0) as i8;
+            for (j, &v) in xs.iter().enumerate() {
+                let q = round_ties_even_small(v / *d).clamp(-127.0, 127.0) as i8;
+                self.q[position_of(fmt, b * block + j)] = q;
             }
         }
-        let q = if fmt == WFormat::I4 {
-            let mut q = vec![0i8; n];
-            for (o, i) in q.chunks_exact_mut(CHUNK).zip(natural.chunks_exact(CHUNK)) {
-                for j in 0..CHUNK / 2 {
-                    o[j] = i[2 * j];
-                    o[CHUNK / 2 + j] = i[2 * j + 1];
-                }
-            }
-            q
-        } else {
-            natural
-        };
         let off = weight_offset(fmt);
-        let group = chunks_per_group(fmt, n);
-        let lanes = n / CHUNK / group * LANES;
-        let (mut neg, mut d) = (vec![0i32; lanes], vec![0.0f32; lanes]);
+        zeroed(&mut self.neg, lanes);
         // A group's lane l sums positions 4l..4l + 4 of each of the group's chunks.
-        for (qg, ng) in q
+        for (qg, ng) in self
+            .q
             .chunks_exact(group * CHUNK)
-            .zip(neg.chunks_exact_mut(LANES))
+            .zip(self.neg.chunks_exact_mut(LANES))
         {
             for chunk in qg.chunks_exact(CHUNK) {
                 for (n, l) in ng.iter_mut().zip(chunk.chunks_exact(4)) {
@@ -210,17 +240,12 @@ impl Int8Acts {
                 }
             }
         }
-        for (i, dl) in d.iter_mut().enumerate() {
+        zeroed(&mut self.d, lanes);
+        for (i, dl) in self.d.iter_mut().enumerate() {
             let (g, l) = (i / LANES, i % LANES);
-            *dl = block_d[element_at(fmt, g * group * CHUNK + 4 * l) / block];
+            *dl = self.block_d[element_at(fmt, g * group * CHUNK + 4 * l) / block];
         }
-        Some(Int8Acts {
-            fmt,
-            group,
-            q,
-            neg,
-            d,
-        })
+        true
     }
 
     /// Elements.

@@ -93,6 +93,9 @@ thread_local! {
     static DEQUANT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Compact (E8M0) scales widened to f32 for the rows being computed.
     static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The fast mode's quantized activations (int8 rows, int4 rows), one per token; grow
+    /// once per thread, then reused.
+    static INT8_ACTS: RefCell<[Vec<fast::Int8Acts>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
 }
 
 /// Runs `f` on the scales of block rows `first..first + n` (all their column blocks,
@@ -550,28 +553,48 @@ pub fn matmul_many_int8_acts<const N: usize>(
     if !mats.iter().all(|m| fast::takes(m)) {
         return false;
     }
-    let quantize = |fmt: WFormat| -> Option<Vec<fast::Int8Acts>> {
-        if !mats.iter().any(|m| m.fmt == fmt) || n_tok == 0 {
-            return Some(Vec::new());
-        }
-        xs.chunks_exact(xs.len() / n_tok)
-            .map(|x| fast::Int8Acts::quantize(fmt, x))
-            .collect()
-    };
-    let (Some(i8_acts), Some(i4_acts)) = (quantize(WFormat::I8), quantize(WFormat::I4)) else {
-        return false;
-    };
-    let ptrs = outs.map(|o| OutPtr(o.as_mut_ptr()));
-    for_row_blocks(mats.map(|m| m.rows), |j, r0, r1| {
-        let m = mats[j];
-        let acts = if m.fmt == WFormat::I4 {
-            &i4_acts
-        } else {
-            &i8_acts
+    INT8_ACTS.with(|cell| {
+        // Re-entered (it is not): fresh buffers rather than a panic.
+        let mut fresh = Default::default();
+        let mut held = cell.try_borrow_mut();
+        let [i8_acts, i4_acts]: &mut [Vec<fast::Int8Acts>; 2] = match held.as_deref_mut() {
+            Ok(bufs) => bufs,
+            Err(_) => &mut fresh,
         };
-        rows_block_int8_acts(m, acts, r0, r1, ptrs[j])
-    });
-    true
+        let used = |fmt: WFormat| {
+            if mats.iter().any(|m| m.fmt == fmt) {
+                n_tok
+            } else {
+                0
+            }
+        };
+        for (fmt, acts) in [(WFormat::I8, &mut *i8_acts), (WFormat::I4, &mut *i4_acts)] {
+            let n = used(fmt);
+            if acts.len() < n {
+                acts.resize_with(n, Default::default);
+            }
+            let k = xs.len() / n_tok.max(1);
+            if !acts[..n]
+                .iter_mut()
+                .zip(xs.chunks_exact(k.max(1)))
+                .all(|(a, x)| a.quantize_into(fmt, x))
+            {
+                return false;
+            }
+        }
+        let (i8_acts, i4_acts) = (&i8_acts[..used(WFormat::I8)], &i4_acts[..used(WFormat::I4)]);
+        let ptrs = outs.map(|o| OutPtr(o.as_mut_ptr()));
+        for_row_blocks(mats.map(|m| m.rows), |j, r0, r1| {
+            let m = mats[j];
+            let acts = if m.fmt == WFormat::I4 {
+                &i4_acts
+            } else {
+                &i8_acts
+            };
+            rows_block_int8_acts(m, acts, r0, r1, ptrs[j])
+        });
+        true
+    })
 }
 
 /// Rows `r0..r1` of the fast mode, four rows at a time, every token.
