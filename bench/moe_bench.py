@@ -11,6 +11,7 @@ reported, not fatal).
 
     python3 bench/moe_bench.py --model DIR --gguf FILE.gguf [--rounds 5] [--threads 2]
         [--variant NAME=ENV=VAL,...:ARGS ...] [--peer-python /work/peer/venv/bin/python]
+(a variant's COLI_BIN=path runs that binary instead of --coli, to compare builds)
 
 Build the model with `cargo xtask synth DIR olmoe int8` and the GGUF with
 bench/olmoe_gguf.py (see BENCHMARKING.md); warm the page cache with one untimed round
@@ -41,7 +42,8 @@ def coli(args, variant, prompt, n_new):
     prewarm(sorted(os.path.join(args.model, f) for f in os.listdir(args.model)))
     env = dict(os.environ)
     env.update(variant["env"])
-    cmd = [args.coli, "run", "--model", args.model, "--prompt-ids", ",".join(map(str, prompt)),
+    # A variant may name its own binary (COLI_BIN=path), to compare builds interleaved.
+    cmd = [variant["env"].get("COLI_BIN", args.coli), "run", "--model", args.model, "--prompt-ids", ",".join(map(str, prompt)),
            "--max-tokens", str(n_new), "--ignore-eos", "--json", "--no-usage",
            "--threads", str(args.threads)] + variant["args"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout

@@ -26,6 +26,25 @@ pub fn fused_layout(fmt: WFormat, block_cols: usize, cols: usize) -> bool {
         && (block_cols.is_multiple_of(LANES) || block_cols >= cols)
 }
 
+/// Whether the line loop of int4 and e2m1 rows (AVX-512 with VBMI) covers rows of `cols`
+/// elements scaled in blocks of `block_cols` columns.
+fn nibble_lines_cover(isa: Isa, fmt: WFormat, block_cols: usize, cols: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        isa == Isa::Avx512
+            && matches!(fmt, WFormat::I4 | WFormat::F4E2M1)
+            && block_cols > 0
+            && (block_cols.is_multiple_of(32) || block_cols >= cols)
+            && cols >= 128
+            && is_x86_feature_detected!("avx512vbmi")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (isa, fmt, block_cols, cols);
+        false
+    }
+}
+
 /// Whether the vector FP8 loops may fold their 2^8 exponent correction into these
 /// scales: `v * (s * 2^8)` rounds like `(v * 2^8) * s` exactly when `s * 2^8` is exact,
 /// i.e. does not overflow a finite `s` (infinite and NaN scales stay what they are). Rows
@@ -116,9 +135,10 @@ pub fn dot_rows_scaled<const R: usize>(
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => {
             assert!(crate::cpu::supports(Isa::Avx512));
-            // SAFETY: the CPU supports AVX-512F and the AVX2 set (checked above); lengths
-            // and the layout checked above.
-            unsafe { x86::dot_rows_scaled_avx512(fmt, rows, scales, block_cols, x, next) }
+            let vbmi = nibble_lines_cover(isa, fmt, block_cols, x.len());
+            // SAFETY: the CPU supports AVX-512F and the AVX2 set (checked above), and VBMI
+            // where `vbmi` says so; lengths and the layout checked above.
+            unsafe { x86::dot_rows_scaled_avx512(fmt, rows, scales, block_cols, x, next, vbmi) }
         }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => {
@@ -170,7 +190,10 @@ mod x86 {
             )
         }};
         ($bcast:expr, $scales:expr, $bc:expr, $next:expr, $lines:expr, $main:expr, $acc:expr, $body:expr, $pair:expr) => {{
-            let mut i = 0;
+            scaled_loop!(from 0; $bcast, $scales, $bc, $next, $lines, $main, $acc, $body, $pair)
+        }};
+        (from $start:expr; $bcast:expr, $scales:expr, $bc:expr, $next:expr, $lines:expr, $main:expr, $acc:expr, $body:expr, $pair:expr) => {{
+            let mut i = $start;
             while i < $main {
                 let blk = i / $bc;
                 let end = ((blk + 1) * $bc).min($main);
@@ -218,6 +241,84 @@ mod x86 {
         _mm256_or_ps(m, _mm256_castsi256_ps(sign))
     }
 
+    /// For lane `l`, the bytes holding elements `l + 16m` of a 128-element line, `m = 0..4`
+    /// (`NIBBLE_GATHER[0]`) and `m = 4..8` (`[1]`), as the four bytes of its 32 bits in the
+    /// order of `m`: element `e` lies in byte `e / 2`.
+    const NIBBLE_GATHER: [[u8; 64]; 2] = {
+        let mut g = [[0u8; 64]; 2];
+        let mut h = 0;
+        while h < 2 {
+            let mut l = 0;
+            while l < 16 {
+                let mut j = 0;
+                while j < 4 {
+                    g[h][4 * l + j] = ((l + 16 * (4 * h + j)) / 2) as u8;
+                    j += 1;
+                }
+                l += 1;
+            }
+            h += 1;
+        }
+        g
+    };
+
+    /// int4 and e2m1 rows a 128-element line (64 bytes) at a time, for `x[..wide]`, where
+    /// each 32-element quarter of a line lies in one scale block. The lanes and their order
+    /// are the 16-element loop's: lane `l` takes elements `l + 16m`, `m = 0..8`, in order.
+    /// One byte permute per half gathers each lane's four bytes ([`NIBBLE_GATHER`]); odd
+    /// lanes want the high nibbles and shift by 4; step `m`'s nibble is then the lane's low
+    /// four bits after a shift by `8 (m mod 4)`, and the permute of the block's sixteen
+    /// `value * scale` products reads only those four bits. Per 16 weights: 1.25 shuffles,
+    /// against 3 in the 16-element loop.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,avx2,fma")]
+    unsafe fn nibble_lines<const R: usize>(
+        levels: __m512,
+        rows: [&[u8]; R],
+        scales: [&[f32]; R],
+        bc: usize,
+        x: &[f32],
+        wide: usize,
+        next: &[u8],
+        lines: usize,
+        acc: &mut [__m512; R],
+    ) {
+        debug_assert!(wide <= x.len() && wide.is_multiple_of(128));
+        let gather = NIBBLE_GATHER.map(|g| _mm512_loadu_si512(g.as_ptr().cast()));
+        let odd = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+        let xp = x.as_ptr();
+        // Blocks of 32 columns change the table every two steps; otherwise every half-line
+        // lies in one block.
+        let per32 = !(bc.is_multiple_of(64) || bc >= x.len());
+        let table = |s: f32| _mm512_mul_ps(levels, _mm512_set1_ps(s));
+        let mut i = 0;
+        while i < wide {
+            for s in 0..8 {
+                prefetch_next(next, i + s * LANES, lines);
+            }
+            let v = rows.map(|row| _mm512_loadu_si512(row.as_ptr().add(i / 2).cast()));
+            // One half-line at a time: the rows' nibbles and tables stay in registers.
+            for h in 0..2 {
+                let mut q =
+                    v.map(|v| _mm512_srlv_epi32(_mm512_permutexvar_epi8(gather[h], v), odd));
+                let mut t = scales.map(|s| table(s[(i + 64 * h) / bc]));
+                for j in 0..4 {
+                    if per32 && j == 2 {
+                        t = scales.map(|s| table(s[(i + 64 * h + 32) / bc]));
+                    }
+                    let xv = _mm512_loadu_ps(xp.add(i + LANES * (4 * h + j)));
+                    for r in 0..R {
+                        let w = _mm512_permutexvar_ps(q[r], t[r]);
+                        acc[r] = _mm512_fmadd_ps(w, xv, acc[r]);
+                        q[r] = _mm512_srli_epi32::<8>(q[r]);
+                    }
+                }
+            }
+            i += 128;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
     pub(super) unsafe fn dot_rows_scaled_avx512<const R: usize>(
         fmt: WFormat,
@@ -226,6 +327,7 @@ mod x86 {
         bc: usize,
         x: &[f32],
         next: &[u8],
+        vbmi: bool,
     ) -> [f32; R] {
         let lines = (R * fmt.row_bytes(LANES)).div_ceil(64);
         let main = x.len() / LANES * LANES;
@@ -258,7 +360,16 @@ mod x86 {
             WFormat::I4 | WFormat::F4E2M1 => {
                 let levels = _mm512_loadu_ps(crate::dequant::nibble_values(fmt).as_ptr());
                 let nib = |d: __m128i| crate::dequant::nibble_indices16(d);
+                // Whole cache lines first where each half of one lies in one scale block.
+                let start = if vbmi {
+                    let wide = x.len() / 128 * 128;
+                    nibble_lines(levels, rows, scales, bc, x, wide, next, lines, &mut acc);
+                    wide
+                } else {
+                    0
+                };
                 scaled_loop!(
+                    from start;
                     |s: f32| _mm512_mul_ps(levels, _mm512_set1_ps(s)),
                     scales,
                     bc,
