@@ -394,12 +394,20 @@ fn rows_block_strided(
     // Tokens in tiles whose activations stay in L2 (about 96 KiB) while every row of the
     // range passes over them; each output's reduction is the same whatever the tiling.
     let tile = (96 * 1024 / (4 * k).max(1)).clamp(12, 96) / 12 * 12;
+    // Within a tile, rows in panels of about 256 KiB (in L2 beside the tile), and each
+    // group of tokens (in L1) passes over every four-row block of the panel: per block,
+    // four rows come from L2, not the group's activations (6 tokens of them with AVX-512).
+    let w = m.fmt.row_bytes(k);
+    let quads_end = r0 + (r1 - r0) / 4 * 4;
+    let panel = (256 * 1024 / (4 * w).max(1)).max(1) * 4;
+    let quad = |r: usize| [m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)];
     let mut t0 = 0;
     while t0 < n_tok {
         let t1 = (t0 + tile).min(n_tok);
-        let mut r = r0;
-        while r + 4 <= r1 {
-            let rows = [m.row(r), m.row(r + 1), m.row(r + 2), m.row(r + 3)];
+        let mut p0 = r0;
+        while p0 < quads_end {
+            let p1 = (p0 + panel).min(quads_end);
+            let blocks = (p0..p1).step_by(4);
             // Tokens in groups share each converted weight chunk (prefill); register budget:
             // 4 rows x 6 tokens of 16-lane accumulators with AVX-512 (24 of 32 registers; 4 x
             // 4 for four left over), 2 x 3 with AVX2 (4 x 2 for two tokens left over).
@@ -408,12 +416,15 @@ fn rows_block_strided(
                 // Two rows x three tokens: 12 accumulators, 2 weights and 1 activation fill the
                 // 16 registers without spilling (4 x 2 needed 26).
                 while t + 3 <= t1 {
-                    for h in [0, 2] {
-                        let pair = [rows[h], rows[h + 1]];
-                        let v = dot_block(isa, m.fmt, pair, [x(t), x(t + 1), x(t + 2)]);
-                        for (dt, row) in v.iter().enumerate() {
-                            for (j, &val) in row.iter().enumerate() {
-                                put(t + dt, r + h + j, val);
+                    for r in blocks.clone() {
+                        let rows = quad(r);
+                        for h in [0, 2] {
+                            let pair = [rows[h], rows[h + 1]];
+                            let v = dot_block(isa, m.fmt, pair, [x(t), x(t + 1), x(t + 2)]);
+                            for (dt, row) in v.iter().enumerate() {
+                                for (j, &val) in row.iter().enumerate() {
+                                    put(t + dt, r + h + j, val);
+                                }
                             }
                         }
                     }
@@ -423,51 +434,59 @@ fn rows_block_strided(
             if isa == Isa::Avx512 {
                 while t + 6 <= t1 {
                     let xs6 = [x(t), x(t + 1), x(t + 2), x(t + 3), x(t + 4), x(t + 5)];
-                    let v = dot_block(isa, m.fmt, rows, xs6);
-                    for (dt, row) in v.iter().enumerate() {
-                        for (j, &val) in row.iter().enumerate() {
-                            put(t + dt, r + j, val);
+                    for r in blocks.clone() {
+                        let v = dot_block(isa, m.fmt, quad(r), xs6);
+                        for (dt, row) in v.iter().enumerate() {
+                            for (j, &val) in row.iter().enumerate() {
+                                put(t + dt, r + j, val);
+                            }
                         }
                     }
                     t += 6;
                 }
                 while t + 4 <= t1 {
-                    let v = dot_block(isa, m.fmt, rows, [x(t), x(t + 1), x(t + 2), x(t + 3)]);
-                    for (dt, row) in v.iter().enumerate() {
-                        for (j, &val) in row.iter().enumerate() {
-                            put(t + dt, r + j, val);
+                    for r in blocks.clone() {
+                        let v =
+                            dot_block(isa, m.fmt, quad(r), [x(t), x(t + 1), x(t + 2), x(t + 3)]);
+                        for (dt, row) in v.iter().enumerate() {
+                            for (j, &val) in row.iter().enumerate() {
+                                put(t + dt, r + j, val);
+                            }
                         }
                     }
                     t += 4;
                 }
             }
             while t + 2 <= t1 {
-                let v = dot_block(isa, m.fmt, rows, [x(t), x(t + 1)]);
-                for (dt, row) in v.iter().enumerate() {
-                    for (j, &val) in row.iter().enumerate() {
-                        put(t + dt, r + j, val);
+                for r in blocks.clone() {
+                    let v = dot_block(isa, m.fmt, quad(r), [x(t), x(t + 1)]);
+                    for (dt, row) in v.iter().enumerate() {
+                        for (j, &val) in row.iter().enumerate() {
+                            put(t + dt, r + j, val);
+                        }
                     }
                 }
                 t += 2;
             }
-            // The next block of rows, prefetched while these are computed (the decode path).
-            let w = m.fmt.row_bytes(k);
-            let next = &m.bytes[((r + 4) * w).min(r1 * w)..((r + 8) * w).min(r1 * w)];
             while t < t1 {
-                let v = dot_rows_prefetch(isa, m.fmt, rows, x(t), next);
-                for (j, &val) in v.iter().enumerate() {
-                    put(t, r + j, val);
+                for r in blocks.clone() {
+                    // The next block of rows, prefetched while these are computed (the decode
+                    // path).
+                    let next = &m.bytes[((r + 4) * w).min(r1 * w)..((r + 8) * w).min(r1 * w)];
+                    let v = dot_rows_prefetch(isa, m.fmt, quad(r), x(t), next);
+                    for (j, &val) in v.iter().enumerate() {
+                        put(t, r + j, val);
+                    }
                 }
                 t += 1;
             }
-            r += 4;
+            p0 = p1;
         }
-        while r < r1 {
+        for r in quads_end..r1 {
             let row = [m.row(r)];
             for t in t0..t1 {
                 put(t, r, dot_rows(isa, m.fmt, row, x(t))[0]);
             }
-            r += 1;
         }
         t0 = t1;
     }
