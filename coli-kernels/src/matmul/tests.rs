@@ -76,14 +76,21 @@ fn scale_data_reads_any_range_as_f32() {
 
 #[test]
 fn token_tiles_give_the_reference_bits() {
+    // 61 rows of these lengths span several row panels (28 rows of f32, 60 of bf16 at
+    // 2064 columns) and leave one row over.
     for cols in [2064, 2071] {
-        tiles_at(cols);
+        for rows in [23, 61] {
+            tiles_at(cols, rows);
+        }
     }
 }
 
 /// [`token_tiles_give_the_reference_bits`] at one row length (2071: a tail of 7).
-fn tiles_at(cols: usize) {
-    let rows = 23;
+fn tiles_at(cols: usize, rows: usize) {
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
     let mut s = 0x9e37_79b9_7f4a_7c15u64;
     let mut rnd = move || {
         s ^= s << 13;
@@ -106,7 +113,21 @@ fn tiles_at(cols: usize) {
             for isa in cpu::available() {
                 let mut got = vec![0.0; n_tok * rows];
                 matmul_isa(isa, &m, &xs, n_tok, &mut got);
-                assert_eq!(bits(&got), bits(&want), "{isa:?} {:?} {n_tok}", m.fmt);
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{isa:?} {:?} {n_tok} {rows}",
+                    m.fmt
+                );
+                // One thread: the whole range in one task, so in several panels.
+                let mut got = vec![0.0; n_tok * rows];
+                one.install(|| matmul_isa(isa, &m, &xs, n_tok, &mut got));
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{isa:?} {:?} {n_tok} {rows} alone",
+                    m.fmt
+                );
             }
         }
     }
