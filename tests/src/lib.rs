@@ -330,7 +330,15 @@ pub mod checks {
                 .num_threads(n)
                 .build()
                 .map_err(|e| e.to_string())?;
-            pool.install(|| logits_all(&model, &seq, PositionLoop::Parallel))
+            pool.install(|| {
+                let mut all = logits_all(&model, &seq, PositionLoop::Parallel)?;
+                // Then one token at a time, as decode runs (a MoE's experts side by side).
+                let mut s = Session::new(&model, seq.len());
+                for &t in &seq {
+                    all.extend_from_slice(s.forward(&[t], true).map_err(|e| e.to_string())?);
+                }
+                Ok::<_, String>(all)
+            })
         };
         let one = run(1)?;
         for &n in threads {

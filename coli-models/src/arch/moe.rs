@@ -8,11 +8,32 @@ use coli_kernels::norm::rms_norm;
 use coli_kernels::routing::{sigmoid, sigmoid_group_top_k, softmax_top_k, GroupedSigmoid};
 
 use super::mlp::{forward_mats, glu_forward_mats, Expert, Mlp};
-use super::scratch::{grow, MoeScratch};
+use super::scratch::{grow, MlpScratch, MoeScratch};
 use super::{Ffn, Scratch, Step};
 use crate::error::Result;
 use crate::experts::ExpertStore;
 use crate::weights::{load_vector, Linear};
+
+/// Tokens up to which a step runs its experts side by side ([`Moe::run_experts_parallel`]):
+/// decode and short drafts, whose experts each see a row or a few.
+const PARALLEL_EXPERT_TOKENS: usize = 8;
+
+/// Where the parallel experts write their outputs (disjoint row ranges).
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+// SAFETY: the pointer is only offset into ranges that one task owns (see its use).
+unsafe impl Send for SharedOut {}
+// SAFETY: as above.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// The element `i` places past the start (a method, so closures capture the whole
+    /// wrapper, not its raw pointer).
+    fn at(self, i: usize) -> *mut f32 {
+        // SAFETY: callers pass offsets inside the buffer.
+        unsafe { self.0.add(i) }
+    }
+}
 
 /// How a token's experts and their weights are chosen from the router logits.
 #[derive(Clone, Debug)]
@@ -149,13 +170,7 @@ impl Moe {
     /// Sizes routing and gather buffers for `n` tokens of width `h`.
     pub(crate) fn reserve(&self, s: &mut Scratch, n: usize, h: usize) {
         let (e, k) = (self.experts.len(), self.top_k);
-        let ei = self.experts.iter().map(Expert::inter).max().unwrap_or(0);
-        let gw = self
-            .experts
-            .iter()
-            .map(Expert::gate_width)
-            .max()
-            .unwrap_or(0);
+        let (ei, gw) = self.widths();
         if let Some(sh) = &self.shared {
             sh.mlp.reserve(&mut s.ffn, n);
             grow(&mut s.moe.shared_gate, n);
@@ -176,6 +191,9 @@ impl Moe {
         grow(&mut m.experts, n * k);
         grow(&mut m.slots, n * k);
         grow(&mut m.counts, e + 1);
+        if m.jobs.capacity() < n * k {
+            m.jobs.reserve(n * k);
+        }
     }
 
     /// The block for the step's tokens (`s.xn` in, `s.proj` out).
@@ -310,6 +328,10 @@ impl Moe {
 
     /// Runs each selected expert once over its gathered tokens; outputs go to their slots.
     fn run_experts(&self, h: usize, store: Option<&StoreCtx>, s: &mut Scratch) -> Result<()> {
+        let rows_total = s.moe.counts[self.experts.len() - 1];
+        if rows_total <= PARALLEL_EXPERT_TOKENS * self.top_k && rayon::current_num_threads() > 1 {
+            return self.run_experts_parallel(h, store, s);
+        }
         let m = &mut s.moe;
         let mut begin = 0;
         for ex in 0..self.experts.len() {
@@ -323,32 +345,7 @@ impl Moe {
                 m.gathered[j * h..(j + 1) * h].copy_from_slice(&s.xn[t * h..(t + 1) * h]);
             }
             let (xs, y) = (&m.gathered[..rows * h], &mut m.expert_y[..rows * h]);
-            match store {
-                None => self.experts[ex].forward(rows, xs, &mut s.ffn, y),
-                Some(ctx) => {
-                    let e = ctx.store.get(ctx.layer, ex)?;
-                    match &self.experts[ex] {
-                        Expert::SwiGlu(m) => forward_mats(
-                            [e.mat(0), e.mat(1), e.mat(2)],
-                            m.limit,
-                            rows,
-                            xs,
-                            &mut s.ffn,
-                            y,
-                        ),
-                        // Biases and constants stay resident; the store has the matrices.
-                        Expert::Glu(g) => glu_forward_mats(
-                            [e.mat(0), e.mat(1)],
-                            [g.gate_up.bias(), g.down.bias()],
-                            g.act,
-                            rows,
-                            xs,
-                            &mut s.ffn,
-                            y,
-                        ),
-                    }
-                }
-            }
+            self.run_expert(ex, rows, xs, store, &mut s.ffn, y)?;
             for (j, &slot) in m.slots[begin..end].iter().enumerate() {
                 m.expert_out[slot * h..(slot + 1) * h]
                     .copy_from_slice(&m.expert_y[j * h..(j + 1) * h]);
@@ -356,6 +353,105 @@ impl Moe {
             begin = end;
         }
         Ok(())
+    }
+
+    /// One expert over its `rows` gathered rows `xs`, into `y`.
+    fn run_expert(
+        &self,
+        ex: usize,
+        rows: usize,
+        xs: &[f32],
+        store: Option<&StoreCtx>,
+        ffn: &mut MlpScratch,
+        y: &mut [f32],
+    ) -> Result<()> {
+        match store {
+            None => self.experts[ex].forward(rows, xs, ffn, y),
+            Some(ctx) => {
+                let e = ctx.store.get(ctx.layer, ex)?;
+                match &self.experts[ex] {
+                    Expert::SwiGlu(m) => {
+                        forward_mats([e.mat(0), e.mat(1), e.mat(2)], m.limit, rows, xs, ffn, y)
+                    }
+                    // Biases and constants stay resident; the store has the matrices.
+                    Expert::Glu(g) => glu_forward_mats(
+                        [e.mat(0), e.mat(1)],
+                        [g.gate_up.bias(), g.down.bias()],
+                        g.act,
+                        rows,
+                        xs,
+                        ffn,
+                        y,
+                    ),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Decode (a few tokens): the selected experts side by side on the pool, each with its
+    /// own rows of the gather and output buffers and its own intermediates, rather than
+    /// one after the other with every matrix split across the threads (two pool dispatches
+    /// per expert). Each expert's output is computed exactly as alone; the outputs are then
+    /// summed in the fixed order by [`Moe::combine`].
+    fn run_experts_parallel(
+        &self,
+        h: usize,
+        store: Option<&StoreCtx>,
+        s: &mut Scratch,
+    ) -> Result<()> {
+        use rayon::prelude::*;
+        let m = &mut s.moe;
+        m.jobs.clear();
+        let mut begin = 0;
+        for ex in 0..self.experts.len() {
+            let end = m.counts[ex];
+            if end > begin {
+                m.jobs.push((ex, begin, end));
+            }
+            begin = end;
+        }
+        for (j, &slot) in m.slots[..begin].iter().enumerate() {
+            let t = slot / self.top_k;
+            m.gathered[j * h..(j + 1) * h].copy_from_slice(&s.xn[t * h..(t + 1) * h]);
+        }
+        let (ei, gw) = self.widths();
+        let need = m.jobs.len();
+        if m.task_ffn.len() < need {
+            m.task_ffn.resize_with(need, MlpScratch::default);
+        }
+        let y = SharedOut(m.expert_y.as_mut_ptr());
+        let gathered = &m.gathered;
+        m.jobs
+            .par_iter()
+            .zip(m.task_ffn[..need].par_iter_mut())
+            .try_for_each(|(&(ex, begin, end), ffn)| {
+                let rows = end - begin;
+                grow(&mut ffn.gate, rows * gw);
+                grow(&mut ffn.up, rows * ei);
+                // SAFETY: the jobs' row ranges `begin..end` are disjoint and lie within the
+                // `n * top_k` rows `expert_y` was sized for (`reserve`); each job writes its
+                // own range only, and nothing else touches the buffer until they are done.
+                let y = unsafe { std::slice::from_raw_parts_mut(y.at(begin * h), rows * h) };
+                self.run_expert(ex, rows, &gathered[begin * h..end * h], store, ffn, y)
+            })?;
+        for j in 0..begin {
+            let slot = m.slots[j];
+            m.expert_out[slot * h..(slot + 1) * h].copy_from_slice(&m.expert_y[j * h..(j + 1) * h]);
+        }
+        Ok(())
+    }
+
+    /// The widest intermediate and `gate` scratch row of the experts.
+    fn widths(&self) -> (usize, usize) {
+        let ei = self.experts.iter().map(Expert::inter).max().unwrap_or(0);
+        let gw = self
+            .experts
+            .iter()
+            .map(Expert::gate_width)
+            .max()
+            .unwrap_or(0);
+        (ei, gw)
     }
 
     /// Each token's weighted sum of its experts' outputs, in routing-rank order.

@@ -114,6 +114,10 @@ pub(crate) struct MoeScratch {
     pub(crate) gathered: Vec<f32>,
     pub(crate) expert_out: Vec<f32>,
     pub(crate) expert_y: Vec<f32>,
+    /// The experts of a few tokens run side by side: (expert, first row, end row) of the
+    /// grouped rows, and each one's intermediates.
+    pub(crate) jobs: Vec<(usize, usize, usize)>,
+    pub(crate) task_ffn: Vec<MlpScratch>,
 }
 
 /// Grows `v` to at least `n` elements (never shrinks).
