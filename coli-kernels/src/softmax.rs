@@ -167,8 +167,9 @@ pub(crate) mod x86 {
         _mm512_mask_mov_ps(e, nan, v)
     }
 
-    /// [`super::exp_f32`] of `x[j] - max` over whole groups of 16, in place; returns how
-    /// many elements it did.
+    /// [`super::exp_f32`] of `x[j] - max` for every element, in place, the last group
+    /// under a mask (its other lanes are neither read nor written); returns how many
+    /// elements it did (all).
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn exp_shifted_avx512(x: &mut [f32], max: f32) -> usize {
         let m = _mm512_set1_ps(max);
@@ -178,7 +179,14 @@ pub(crate) mod x86 {
             _mm512_storeu_ps(p, exp16(_mm512_sub_ps(_mm512_loadu_ps(p), m)));
             j += 16;
         }
-        j
+        let rest = x.len() - j;
+        if rest > 0 {
+            let k = ((1u32 << rest) - 1) as __mmask16;
+            let p = x.as_mut_ptr().add(j);
+            let v = _mm512_maskz_loadu_ps(k, p);
+            _mm512_mask_storeu_ps(p, k, exp16(_mm512_sub_ps(v, m)));
+        }
+        x.len()
     }
 
     /// [`exp16`] on 8 lanes.
