@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::experts::ExpertStore;
 use crate::weights::Linear;
 
-/// Tokens up to which a step runs its experts side by side ([`Moe::run_experts_parallel`]):
+/// Tokens up to which a step runs its experts side by side ([`Moe::run_experts`]):
 /// decode and short drafts, whose experts each see a row or a few.
 const PARALLEL_EXPERT_TOKENS: usize = 8;
 
@@ -169,7 +169,13 @@ impl Moe {
     /// Sizes routing and gather buffers for `n` tokens of width `h`.
     pub(crate) fn reserve(&self, s: &mut Scratch, n: usize, h: usize) {
         let (e, k) = (self.experts.len(), self.top_k);
-        let (ei, gw) = self.widths();
+        let ei = self.experts.iter().map(Expert::inter).max().unwrap_or(0);
+        let gw = self
+            .experts
+            .iter()
+            .map(Expert::gate_width)
+            .max()
+            .unwrap_or(0);
         if let Some(sh) = &self.shared {
             sh.mlp.reserve(&mut s.ffn, n);
             grow(&mut s.moe.shared_gate, n);
@@ -192,6 +198,17 @@ impl Moe {
         grow(&mut m.counts, e + 1);
         if m.jobs.capacity() < n * k {
             m.jobs.reserve(n * k);
+        }
+        // Experts side by side (`run_experts`): one set of intermediates per selected
+        // expert, each for as many rows as tokens.
+        let rows = n.min(PARALLEL_EXPERT_TOKENS);
+        let tasks = (rows * k).min(e);
+        if m.task_ffn.len() < tasks {
+            m.task_ffn.resize_with(tasks, MlpScratch::default);
+        }
+        for ffn in &mut m.task_ffn {
+            grow(&mut ffn.gate, rows * gw);
+            grow(&mut ffn.up, rows * ei);
         }
     }
 
@@ -326,30 +343,58 @@ impl Moe {
     }
 
     /// Runs each selected expert once over its gathered tokens; outputs go to their slots.
+    ///
+    /// For a few tokens (decode, short drafts) and more than one thread, the experts run
+    /// side by side on the pool, each with its own rows of the gather and output buffers and
+    /// its own intermediates, rather than one after the other with every matrix split
+    /// across the threads (two pool dispatches per expert). Each expert's output is
+    /// computed exactly as alone either way; [`Moe::combine`] sums them in the fixed order.
     fn run_experts(&self, h: usize, store: Option<&StoreCtx>, s: &mut Scratch) -> Result<()> {
-        let rows_total = s.moe.counts[self.experts.len() - 1];
-        if rows_total <= PARALLEL_EXPERT_TOKENS * self.top_k && rayon::current_num_threads() > 1 {
-            return self.run_experts_parallel(h, store, s);
-        }
+        use rayon::prelude::*;
         let m = &mut s.moe;
+        // Each selected expert's rows `begin..end` of the rows grouped by expert.
+        m.jobs.clear();
         let mut begin = 0;
         for ex in 0..self.experts.len() {
             let end = m.counts[ex];
-            if end == begin {
-                continue;
-            }
-            let rows = end - begin;
-            for (j, &slot) in m.slots[begin..end].iter().enumerate() {
-                let t = slot / self.top_k;
-                m.gathered[j * h..(j + 1) * h].copy_from_slice(&s.xn[t * h..(t + 1) * h]);
-            }
-            let (xs, y) = (&m.gathered[..rows * h], &mut m.expert_y[..rows * h]);
-            self.run_expert(ex, rows, xs, store, &mut s.ffn, y)?;
-            for (j, &slot) in m.slots[begin..end].iter().enumerate() {
-                m.expert_out[slot * h..(slot + 1) * h]
-                    .copy_from_slice(&m.expert_y[j * h..(j + 1) * h]);
+            if end > begin {
+                m.jobs.push((ex, begin, end));
             }
             begin = end;
+        }
+        let rows_total = begin;
+        for (j, &slot) in m.slots[..rows_total].iter().enumerate() {
+            let t = slot / self.top_k;
+            m.gathered[j * h..(j + 1) * h].copy_from_slice(&s.xn[t * h..(t + 1) * h]);
+        }
+        let side_by_side =
+            rows_total <= PARALLEL_EXPERT_TOKENS * self.top_k && rayon::current_num_threads() > 1;
+        if side_by_side {
+            let y = SharedOut(m.expert_y.as_mut_ptr());
+            let gathered = &m.gathered;
+            m.jobs
+                .par_iter()
+                .zip(m.task_ffn[..m.jobs.len()].par_iter_mut())
+                .try_for_each(|(&(ex, begin, end), ffn)| {
+                    let rows = end - begin;
+                    // SAFETY: the jobs' row ranges `begin..end` are disjoint and lie within
+                    // the `n * top_k` rows `expert_y` was sized for (`reserve`); each job
+                    // writes its own range only, and nothing else touches the buffer until
+                    // they are done.
+                    let y = unsafe { std::slice::from_raw_parts_mut(y.at(begin * h), rows * h) };
+                    self.run_expert(ex, rows, &gathered[begin * h..end * h], store, ffn, y)
+                })?;
+        } else {
+            for &(ex, begin, end) in &m.jobs {
+                let (xs, y) = (
+                    &m.gathered[begin * h..end * h],
+                    &mut m.expert_y[begin * h..end * h],
+                );
+                self.run_expert(ex, end - begin, xs, store, &mut s.ffn, y)?;
+            }
+        }
+        for (j, &slot) in m.slots[..rows_total].iter().enumerate() {
+            m.expert_out[slot * h..(slot + 1) * h].copy_from_slice(&m.expert_y[j * h..(j + 1) * h]);
         }
         Ok(())
     }
@@ -386,71 +431,6 @@ impl Moe {
             }
         }
         Ok(())
-    }
-
-    /// Decode (a few tokens): the selected experts side by side on the pool, each with its
-    /// own rows of the gather and output buffers and its own intermediates, rather than
-    /// one after the other with every matrix split across the threads (two pool dispatches
-    /// per expert). Each expert's output is computed exactly as alone; the outputs are then
-    /// summed in the fixed order by [`Moe::combine`].
-    fn run_experts_parallel(
-        &self,
-        h: usize,
-        store: Option<&StoreCtx>,
-        s: &mut Scratch,
-    ) -> Result<()> {
-        use rayon::prelude::*;
-        let m = &mut s.moe;
-        m.jobs.clear();
-        let mut begin = 0;
-        for ex in 0..self.experts.len() {
-            let end = m.counts[ex];
-            if end > begin {
-                m.jobs.push((ex, begin, end));
-            }
-            begin = end;
-        }
-        for (j, &slot) in m.slots[..begin].iter().enumerate() {
-            let t = slot / self.top_k;
-            m.gathered[j * h..(j + 1) * h].copy_from_slice(&s.xn[t * h..(t + 1) * h]);
-        }
-        let (ei, gw) = self.widths();
-        let need = m.jobs.len();
-        if m.task_ffn.len() < need {
-            m.task_ffn.resize_with(need, MlpScratch::default);
-        }
-        let y = SharedOut(m.expert_y.as_mut_ptr());
-        let gathered = &m.gathered;
-        m.jobs
-            .par_iter()
-            .zip(m.task_ffn[..need].par_iter_mut())
-            .try_for_each(|(&(ex, begin, end), ffn)| {
-                let rows = end - begin;
-                grow(&mut ffn.gate, rows * gw);
-                grow(&mut ffn.up, rows * ei);
-                // SAFETY: the jobs' row ranges `begin..end` are disjoint and lie within the
-                // `n * top_k` rows `expert_y` was sized for (`reserve`); each job writes its
-                // own range only, and nothing else touches the buffer until they are done.
-                let y = unsafe { std::slice::from_raw_parts_mut(y.at(begin * h), rows * h) };
-                self.run_expert(ex, rows, &gathered[begin * h..end * h], store, ffn, y)
-            })?;
-        for j in 0..begin {
-            let slot = m.slots[j];
-            m.expert_out[slot * h..(slot + 1) * h].copy_from_slice(&m.expert_y[j * h..(j + 1) * h]);
-        }
-        Ok(())
-    }
-
-    /// The widest intermediate and `gate` scratch row of the experts.
-    fn widths(&self) -> (usize, usize) {
-        let ei = self.experts.iter().map(Expert::inter).max().unwrap_or(0);
-        let gw = self
-            .experts
-            .iter()
-            .map(Expert::gate_width)
-            .max()
-            .unwrap_or(0);
-        (ei, gw)
     }
 
     /// Each token's weighted sum of its experts' outputs, in routing-rank order.
