@@ -19,6 +19,8 @@ pub mod matcher;
 pub mod regex;
 pub mod schema;
 mod slices;
+#[cfg(test)]
+mod tests_shortcuts;
 
 pub use cache::GrammarCache;
 pub use gbnf::{parse, Expr, Grammar, GrammarError, Rule};

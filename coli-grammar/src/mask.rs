@@ -254,10 +254,11 @@ impl TokenTrie {
         allowed.reset(self.vocab_size);
         m.grammar().with_stepper(m, |st, s| {
             if at_boundary(s) {
+                let state = s as u32;
                 for k in 0..self.slices.len() {
-                    if self.by_chain(st, s, k, allowed)
-                        || self.by_closed_alive(st, s, k, allowed)
-                        || (k == 0 && self.by_except(st, s, allowed))
+                    if self.by_chain(st, state, k, allowed)
+                        || self.by_closed_alive(st, state, k, allowed)
+                        || (k == 0 && self.by_except(st, state, allowed))
                     {
                         #[cfg(test)]
                         SLICED.with(|c| c.set(c.get() + 1));
@@ -271,26 +272,20 @@ impl TokenTrie {
 
     /// Slice `k` when every character of its class leads from `s` to one same state,
     /// and again from there, for a known number of steps.
-    fn by_chain(&self, st: &mut Stepper, s: Cursor, k: usize, allowed: &mut TokenMask) -> bool {
+    fn by_chain(&self, st: &mut Stepper, s: u32, k: usize, allowed: &mut TokenMask) -> bool {
         let slice = &self.slices[k];
         let Some(n) = Self::chain(st, s, k, slice.upto.len() - 1) else {
             return false;
         };
         allowed.words.copy_from_slice(&slice.upto[n]);
-        slice.rest.walk(st, 0, s, allowed);
+        slice.rest.walk(st, 0, s as Cursor, allowed);
         true
     }
 
     /// Slice `k` when every token of it stays alive: from `s`, every character of the
     /// class leads to states that take every character of the class again (`.*id` before
     /// and after the `i`).
-    fn by_closed_alive(
-        &self,
-        st: &mut Stepper,
-        s: Cursor,
-        k: usize,
-        allowed: &mut TokenMask,
-    ) -> bool {
+    fn by_closed_alive(&self, st: &mut Stepper, s: u32, k: usize, allowed: &mut TokenMask) -> bool {
         if !st.closed_alive(s, k) {
             return false;
         }
@@ -298,14 +293,14 @@ impl TokenTrie {
         allowed
             .words
             .copy_from_slice(&slice.upto[slice.upto.len() - 1]);
-        slice.rest.walk(st, 0, s, allowed);
+        slice.rest.walk(st, 0, s as Cursor, allowed);
         true
     }
 
     /// The first slice again, but for a few ASCII characters the state treats apart (a
     /// key that must not spell a declared name, `.*id` before the `i`): tokens starting
     /// with one of those are walked, the others decided by the chain.
-    fn by_except(&self, st: &mut Stepper, s: Cursor, allowed: &mut TokenMask) -> bool {
+    fn by_except(&self, st: &mut Stepper, s: u32, allowed: &mut TokenMask) -> bool {
         let (Some(slice), Some((xs, t))) = (self.slices.first(), st.except(s, 0)) else {
             return false;
         };
@@ -323,12 +318,12 @@ impl TokenTrie {
                 *w &= !f;
             }
         }
-        slice.rest.walk(st, 0, s, allowed);
+        slice.rest.walk(st, 0, s as Cursor, allowed);
         for &x in &xs {
             let Some(child) = self.child(0, x) else {
                 continue;
             };
-            if let Some(t) = st.step(s, x) {
+            if let Some(t) = st.step(s as Cursor, x) {
                 self.ends(child).iter().for_each(|&id| allowed.set(id));
                 self.walk(st, child, t, allowed);
             }

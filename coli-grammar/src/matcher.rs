@@ -87,12 +87,23 @@ const PARTIAL: u32 = 1 << 30;
 /// advanced when first used (`groups[index]`).
 const GROUP: u32 = 1 << 29;
 
-/// Where a matcher is in the automaton.
-pub(crate) type Cursor = u32;
+/// In a state's byte transitions: a lead byte where every non-ASCII character leads to
+/// one same state (the cursor after it is loose).
+const LOOSE_LEAD: u32 = u32::MAX - 3;
+
+/// A loose cursor: inside a character begun at a state where every non-ASCII character
+/// leads to one same state, the target (low 32 bits), with the bytes so far (bits 32..56)
+/// and their count (bits 56..58). It needs no node of the automaton: every valid
+/// beginning of a character is alive and the whole character leads to the target.
+const LOOSE: u64 = 1 << 63;
+
+/// Where a matcher is in the automaton: a state id, an unfinished-character node's id
+/// with the `PARTIAL` bit, or a loose cursor.
+pub(crate) type Cursor = u64;
 
 /// Whether a cursor is at a character boundary.
 pub(crate) fn at_boundary(c: Cursor) -> bool {
-    c & PARTIAL == 0
+    c & (LOOSE | PARTIAL as u64) == 0
 }
 
 impl Compiled {
@@ -110,7 +121,7 @@ impl Compiled {
             c.rules[i] = alts;
         }
         // The start state: the root's alternatives expanded (state 0 of the automaton).
-        let mut dfa = Dfa::default();
+        let mut dfa = Dfa::new();
         let mut st = Stepper {
             g: &c,
             dfa: &mut dfa,
@@ -246,6 +257,19 @@ impl Compiled {
         }
     }
 
+    /// Steps every non-ASCII character on its own, without the shortcut for states
+    /// where they all lead to one place (the reference the tests compare with).
+    #[cfg(test)]
+    pub(crate) fn reference_stepping(&self) {
+        let mut dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
+        let epoch = dfa.epoch + 1;
+        *dfa = Dfa {
+            epoch,
+            reference: true,
+            ..Dfa::new()
+        };
+    }
+
     /// A matcher at the start of the grammar.
     pub fn matcher(&self) -> Matcher<'_> {
         Matcher {
@@ -337,12 +361,18 @@ impl Compiled {
         m: &Matcher,
         f: impl FnOnce(&mut Stepper, Cursor) -> R,
     ) -> R {
+        self.with_stepper_at(m, |st, _, cur| f(st, cur))
+    }
+
+    /// [`Compiled::with_stepper`], also giving the state of `m`'s last character boundary.
+    fn with_stepper_at<R>(&self, m: &Matcher, f: impl FnOnce(&mut Stepper, u32, Cursor) -> R) -> R {
         let mut dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
         if dfa.states.len() > MAX_DFA_STATES || dfa.pnodes.len() > 4 * MAX_DFA_STATES {
-            let epoch = dfa.epoch + 1;
+            let (epoch, reference) = (dfa.epoch + 1, dfa.reference);
             *dfa = Dfa {
                 epoch,
-                ..Dfa::default()
+                reference,
+                ..Dfa::new()
             };
         }
         let id = if m.hint.0 == dfa.epoch {
@@ -357,7 +387,7 @@ impl Compiled {
         let cur = st
             .cursor(id, &m.data.pending)
             .expect("a matcher's pending bytes were accepted");
-        f(&mut st, cur)
+        f(&mut st, id, cur)
     }
 }
 
@@ -399,21 +429,21 @@ impl<'g> Matcher<'g> {
     /// unchanged) if the grammar does not allow them or they are not valid UTF-8.
     pub fn accept_bytes(&mut self, bytes: &[u8]) -> bool {
         let g = self.g;
-        let r = g.with_stepper(self, |st, mut cur| {
+        let r = g.with_stepper_at(self, |st, mut s, mut cur| {
+            // `s`: the state at the last character boundary (an unfinished character's
+            // node may be shared by several states).
             for &b in bytes {
                 cur = st.step(cur, b)?;
+                if at_boundary(cur) {
+                    s = cur as u32;
+                }
             }
-            let s = st.state_of(cur);
             let stacks = if s == self.hint.1 && self.hint.0 == st.dfa.epoch {
                 None
             } else {
                 Some(st.dfa.materialize(s))
             };
-            let pending = if at_boundary(cur) {
-                Partial::default()
-            } else {
-                st.dfa.pnodes[(cur & !PARTIAL) as usize].1
-            };
+            let pending = st.pending_of(cur);
             Some((st.dfa.epoch, s, pending, stacks))
         });
         match r {
@@ -440,7 +470,7 @@ impl<'g> Matcher<'g> {
             if !at_boundary(cur) {
                 return out;
             }
-            let mut s = cur;
+            let mut s = cur as u32;
             while out.len() < max {
                 let mut f = st.dfa.forced[s as usize];
                 if f == UNKNOWN {

@@ -63,7 +63,8 @@ pub(super) struct Dfa {
     /// (state << 32 | character) → state or `DEAD`, for non-ASCII characters.
     pub(super) chars: HashMap<u64, u32, BuildFx>,
     /// Unfinished-character nodes: (state, bytes so far), each with 64 transitions on
-    /// continuation bytes, and their index.
+    /// continuation bytes, and their index (states whose non-ASCII characters all lead to
+    /// one place have none: their cursors are loose).
     pub(super) pnodes: Vec<(u32, Partial)>,
     /// Results of ASCII character groups (`UNKNOWN` until first used).
     pub(super) groups: Vec<u32>,
@@ -78,6 +79,12 @@ pub(super) struct Dfa {
     /// Per state and slice class: where every character of the class leads
     /// (`UNKNOWN`, `NONUNIFORM`, `DEAD` or a state).
     pub(super) uniform: Vec<u32>,
+    /// Per state: where every non-ASCII character leads, as `uniform` (see
+    /// [`Stepper::non_ascii`]).
+    pub(super) non_ascii: Vec<u32>,
+    /// Steps every non-ASCII character on its own (the reference the shortcut of
+    /// `non_ascii` is tested against).
+    pub(super) reference: bool,
     /// Bumped when the automaton is cleared, so matchers know their id is stale.
     pub(super) epoch: u64,
     /// Scratch of [`Stepper::advance`] and [`Stepper::expand`], kept for its memory.
@@ -99,6 +106,17 @@ pub(super) enum Work {
 }
 
 impl Dfa {
+    /// An empty automaton whose big tables have their room reserved up to the bound at
+    /// which the automaton starts afresh: address space only (pages are touched as the
+    /// tables grow), so no mask pays for copying a table to a bigger place.
+    pub(super) fn new() -> Dfa {
+        Dfa {
+            trans: Vec::with_capacity((MAX_DFA_STATES + 1024) * 256),
+            pnext: Vec::with_capacity((4 * MAX_DFA_STATES + 1024) * 64),
+            ..Dfa::default()
+        }
+    }
+
     /// The frame (`pos` on top of `parent`).
     pub(super) fn frame(&mut self, pos: Pos, parent: u32) -> u32 {
         if let Some(&f) = self.frame_index.get(&(pos, parent)) {
@@ -161,6 +179,7 @@ impl Dfa {
         self.index.entry(h).or_default().push(i);
         self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
         self.forced.push(UNKNOWN);
+        self.non_ascii.push(UNKNOWN);
         self.uniform.extend(std::iter::repeat_n(
             UNKNOWN,
             crate::slices::SLICE_CLASSES.len(),

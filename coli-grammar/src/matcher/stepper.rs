@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// Every character past ASCII (surrogates are no characters).
+const NON_ASCII: &[(u32, u32)] = &[(0x80, 0xD7FF), (0xE000, 0x10FFFF)];
+
 /// The exception characters of a slice class at a state and where the others lead.
 pub(crate) type Except = Option<(Vec<u8>, Option<u32>)>;
 
@@ -48,7 +51,7 @@ impl Stepper<'_> {
     /// Whether `c` is a state (at a character boundary) where every character of plain
     /// string content (`SLICE_CLASSES[0]`) is taken and leads back to the same state.
     pub(crate) fn loops_on_plain(&mut self, c: Cursor) -> bool {
-        at_boundary(c) && matches!(self.uniform(c, 0), Uniform::To(t) if t == c)
+        at_boundary(c) && matches!(self.uniform(c as u32, 0), Uniform::To(t) if t as Cursor == c)
     }
 
     /// Whether every string of slice class `k`'s characters stays alive from `s`: the
@@ -163,10 +166,42 @@ impl Stepper<'_> {
         r
     }
 
+    /// Where every non-ASCII character leads from `s`, when they all lead to the same
+    /// place: every stack top takes all of them or none (a key outside the names it must
+    /// not spell, string content), so one of them decides.
+    pub(crate) fn non_ascii(&mut self, s: u32) -> Uniform {
+        let mut known = self.dfa.non_ascii[s as usize];
+        if known == UNKNOWN {
+            let same = !self.dfa.reference
+                && self.dfa.states[s as usize].iter().all(|&top| {
+                    match self.g.top_elem(&self.dfa.frames, top) {
+                        None => true,
+                        Some(Elem::Chars { ranges, .. }) => {
+                            covers(ranges, NON_ASCII) || disjoint(ranges, NON_ASCII)
+                        }
+                        Some(Elem::Rule(_)) => false,
+                    }
+                });
+            known = if same {
+                self.compute(s, NON_ASCII[0].0)
+            } else {
+                NONUNIFORM
+            };
+            self.dfa.non_ascii[s as usize] = known;
+        }
+        match known {
+            NONUNIFORM => Uniform::No,
+            DEAD => Uniform::Dead,
+            t => Uniform::To(t),
+        }
+    }
+
     /// The state after character `c` from state `s`, or `None` if `c` is refused.
     pub(crate) fn step_char(&mut self, s: u32, c: u32) -> Option<u32> {
         let t = if c < 128 {
             self.ascii(s, c)
+        } else if let Some(t) = self.non_ascii_target(s) {
+            t
         } else {
             let key = (s as u64) << 32 | c as u64;
             match self.dfa.chars.get(&key) {
@@ -179,6 +214,16 @@ impl Stepper<'_> {
             }
         };
         (t != DEAD).then_some(t)
+    }
+
+    /// Where every non-ASCII character leads from `s` (a state or `DEAD`), if they all
+    /// lead to one place.
+    fn non_ascii_target(&mut self, s: u32) -> Option<u32> {
+        match self.non_ascii(s) {
+            Uniform::No => None,
+            Uniform::Dead => Some(DEAD),
+            Uniform::To(t) => Some(t),
+        }
     }
 
     /// The transition of state `s` on ASCII character `c` (a state or `DEAD`).
@@ -357,38 +402,44 @@ impl Stepper<'_> {
         self.dfa.work = work;
     }
 
-    /// The state a cursor is in (at its last character boundary).
-    pub(crate) fn state_of(&self, c: Cursor) -> u32 {
-        if at_boundary(c) {
-            c
-        } else {
-            self.dfa.pnodes[(c & !PARTIAL) as usize].0
-        }
-    }
-
     /// The cursor for state `s` with the bytes `p` of a character begun (valid, checked).
     pub(super) fn cursor(&mut self, s: u32, p: &[u8]) -> Option<Cursor> {
-        let mut c = s;
+        let mut c = s as Cursor;
         for &b in p {
             c = self.step(c, b)?;
         }
         Some(c)
     }
 
+    /// The bytes of the character a cursor is inside (none at a boundary).
+    pub(super) fn pending_of(&self, cur: Cursor) -> Partial {
+        if cur & LOOSE != 0 {
+            loose_bytes(cur)
+        } else if at_boundary(cur) {
+            Partial::default()
+        } else {
+            self.dfa.pnodes[(cur as u32 & !PARTIAL) as usize].1
+        }
+    }
+
     /// The cursor after byte `b` (UTF-8 decoded incrementally), or `None` if refused.
     #[inline]
     pub(crate) fn step(&mut self, cur: Cursor, b: u8) -> Option<Cursor> {
+        if cur & LOOSE != 0 {
+            return step_loose(cur, b);
+        }
+        let cur32 = cur as u32;
         if b < 0x80 && at_boundary(cur) {
-            let t = self.ascii(cur, b as u32);
-            return (t != DEAD).then_some(t);
+            let t = self.ascii(cur32, b as u32);
+            return (t != DEAD).then_some(t as Cursor);
         }
         let slot = if at_boundary(cur) {
-            cur as usize * 256 + b as usize
+            cur32 as usize * 256 + b as usize
         } else {
             if !(0x80..0xC0).contains(&b) {
                 return None;
             }
-            (cur & !PARTIAL) as usize * 64 + (b - 0x80) as usize
+            (cur32 & !PARTIAL) as usize * 64 + (b - 0x80) as usize
         };
         let t = if at_boundary(cur) {
             self.dfa.trans[slot]
@@ -396,7 +447,7 @@ impl Stepper<'_> {
             self.dfa.pnext[slot]
         };
         let t = if t == UNKNOWN {
-            let t = self.compute_byte(cur, b);
+            let t = self.compute_byte(cur32, b);
             if at_boundary(cur) {
                 self.dfa.trans[slot] = t;
             } else {
@@ -406,17 +457,43 @@ impl Stepper<'_> {
         } else {
             t
         };
-        (t != DEAD).then_some(t)
+        match t {
+            DEAD => None,
+            LOOSE_LEAD => {
+                // Every non-ASCII character leads to one state (known: it was asked).
+                let Uniform::To(target) = self.non_ascii(cur32) else {
+                    unreachable!("a loose lead byte at a state of no single target")
+                };
+                Some(LOOSE | (b as Cursor) << 32 | 1 << 56 | target as Cursor)
+            }
+            t => Some(t as Cursor),
+        }
     }
 
-    pub(super) fn compute_byte(&mut self, cur: Cursor, b: u8) -> u32 {
-        let (s, mut p) = if at_boundary(cur) {
+    /// The transition on byte `b` of a state, or of an unfinished-character node (`cur`
+    /// with its `PARTIAL` bit): a state, a node, `DEAD` or `LOOSE_LEAD`.
+    pub(super) fn compute_byte(&mut self, cur: u32, b: u8) -> u32 {
+        let (s, mut p) = if at_boundary(cur as Cursor) {
             (cur, Partial::default())
         } else {
             self.dfa.pnodes[(cur & !PARTIAL) as usize]
         };
         if p.len == 0 && b < 0x80 {
             return self.step_char(s, b as u32).unwrap_or(DEAD);
+        }
+        if p.len == 0 {
+            // A character begun where every non-ASCII character leads to one place: its
+            // bytes are checked by the cursor alone (`step_loose`), with no node.
+            match self.non_ascii(s) {
+                Uniform::Dead => return DEAD,
+                Uniform::To(_) => {
+                    // A lead byte (not a continuation, not C0/C1/F5..).
+                    let lead =
+                        matches!(std::str::from_utf8(&[b]), Err(e) if e.error_len().is_none());
+                    return if lead { LOOSE_LEAD } else { DEAD };
+                }
+                Uniform::No => {}
+            }
         }
         let mut buf = [0u8; 4];
         let n = p.len as usize;
@@ -454,5 +531,34 @@ impl Stepper<'_> {
             }
             Err(_) => DEAD,
         }
+    }
+}
+
+/// The bytes of a loose cursor's unfinished character.
+fn loose_bytes(cur: Cursor) -> Partial {
+    let len = (cur >> 56 & 3) as u8;
+    let b = (cur >> 32).to_le_bytes();
+    Partial {
+        bytes: [b[0], b[1], b[2]],
+        len,
+    }
+}
+
+/// A loose cursor after byte `b`: its target state once the character is whole, the
+/// cursor with one more byte while it is a valid beginning, else `None`. (The target's
+/// state takes every non-ASCII character, so any valid beginning is alive.)
+fn step_loose(cur: Cursor, b: u8) -> Option<Cursor> {
+    let p = loose_bytes(cur);
+    let n = p.len as usize;
+    let mut buf = [0u8; 4];
+    buf[..n].copy_from_slice(p.as_slice());
+    buf[n] = b;
+    match std::str::from_utf8(&buf[..=n]) {
+        Ok(_) => Some(cur & 0xFFFF_FFFF),
+        Err(e) if e.error_len().is_none() && n < 3 => {
+            let len = (n as Cursor + 1) << 56;
+            Some(cur & !(3 << 56) | (b as Cursor) << (32 + 8 * n) | len)
+        }
+        Err(_) => None,
     }
 }
