@@ -39,7 +39,11 @@ fn main() {
         // AT=K: only position K, `runs` times (for a profiler).
         let positions: Vec<usize> = match std::env::var("AT") {
             Ok(k) => vec![k.parse().expect("AT: a token index"); runs],
-            Err(_) => (0..seq.len()).collect(),
+            // UPTO=K: positions 0..=K only (with SEQ=1, the automaton as at position K).
+            Err(_) => match std::env::var("UPTO") {
+                Ok(k) => (0..=k.parse().expect("UPTO: a token index")).collect(),
+                Err(_) => (0..seq.len()).collect(),
+            },
         };
         for upto in positions {
             let fresh;

@@ -10,7 +10,9 @@
 //!
 //! The pieces: `classes` (character classes and their range arithmetic), `dfa` (the
 //! shared lazy automaton's tables), `stepper` (transitions computed on first use and the
-//! mask's shortcuts); this file holds the compiled rules and the [`Matcher`] API.
+//! mask's shortcuts), `relative` (states kept relative to their anchors, so stacks that
+//! differ only below what a character moves step once); this file holds the compiled
+//! rules and the [`Matcher`] API.
 
 use crate::gbnf::{Expr, Grammar};
 use crate::schema::{SchemaInfo, SchemaNote, Violation};
@@ -20,10 +22,12 @@ use std::sync::{Arc, Mutex};
 
 mod classes;
 mod dfa;
+mod relative;
 mod stepper;
 
 use classes::*;
 use dfa::*;
+use relative::*;
 pub(crate) use stepper::{Except, Stepper};
 
 /// A compiled grammar: rules as alternatives of element sequences, the start state, and
@@ -257,8 +261,9 @@ impl Compiled {
         }
     }
 
-    /// Steps every non-ASCII character on its own, without the shortcut for states
-    /// where they all lead to one place (the reference the tests compare with).
+    /// Steps every state's concrete stacks (no state relative to its anchors) and every
+    /// non-ASCII character on its own, without the shortcut for states where they all
+    /// lead to one place (the reference the tests compare with).
     #[cfg(test)]
     pub(crate) fn reference_stepping(&self) {
         let mut dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,7 +1,8 @@
 //! The automaton's shortcuts against its reference stepping: the same masks, the same
 //! accepted bytes and the same matcher states, byte for byte, with the shortcuts on (as
-//! shipped) and off ([`Compiled::reference_stepping`]: every non-ASCII character stepped
-//! through the stacks on its own, every unfinished character a node of the automaton).
+//! shipped) and off ([`Compiled::reference_stepping`]: every state's stacks concrete and
+//! stepped on their own rather than relative to their anchors, every non-ASCII character
+//! stepped through the stacks, every unfinished character a node of the automaton).
 
 use crate::corpus::{corpus_in, vocab_from};
 use crate::{compile_schema, parse, Compiled, Matcher, TokenMask, TokenTrie};

@@ -91,6 +91,34 @@ pub(super) struct Dfa {
     pub(super) seen: HashSet<u32, BuildFx>,
     pub(super) work: Vec<Work>,
     pub(super) tops: Vec<u32>,
+    pub(super) src: Vec<u32>,
+    /// Per state: its anchor list (`NONE`: its stacks are concrete) and its relative
+    /// stacks' id (`NONE` likewise); `states` holds the relative tops then.
+    pub(super) anchors: Vec<u32>,
+    pub(super) rel_of: Vec<u32>,
+    /// Anchor lists (frames sharing one parent, sorted by position), the deepest frame
+    /// of each, and their index.
+    pub(super) anchor_lists: Vec<Vec<u32>>,
+    pub(super) anchor_depth: Vec<u32>,
+    pub(super) anchor_index: HashMap<Vec<u32>, u32, BuildFx>,
+    /// Relative stacks (tops over holes), their index, and their steps by character.
+    pub(super) rel_tops: Vec<Vec<u32>>,
+    pub(super) rel_index: HashMap<Vec<u32>, u32, BuildFx>,
+    pub(super) rel_steps: HashMap<(u32, u32), RelStep, BuildFx>,
+    /// The anchors after a relative step (`RelStep::To`): each an old hole (`HOLE | k`)
+    /// or a frame above one; and such frames made concrete, by (frame, old anchor).
+    pub(super) rel_anchors: Vec<Vec<u32>>,
+    pub(super) concretized: HashMap<(u32, u32), u32, BuildFx>,
+    /// Per relative stacks: their ASCII groups ([`Stepper::fill_ascii`]), an index of
+    /// `patterns` (each character's group and the count), `NONE` past 64 sets.
+    pub(super) ascii_groups: HashMap<u32, u32, BuildFx>,
+    pub(super) patterns: Vec<([u8; 128], u32)>,
+    /// (anchor list, relative step's anchors) → the anchor list after the step.
+    pub(super) anchor_steps: HashMap<(u32, u32), u32, BuildFx>,
+    /// Set by [`Stepper::expand`]: a stack popped into a hole or a bound was met; and
+    /// the deepest frame it looked at.
+    pub(super) escaped: bool,
+    pub(super) max_depth: u32,
 }
 
 /// An item of [`Stepper::expand`]'s work list.
@@ -122,7 +150,7 @@ impl Dfa {
         if let Some(&f) = self.frame_index.get(&(pos, parent)) {
             return f;
         }
-        let depth = if parent == NIL {
+        let depth = if parent == NIL || is_hole(parent) {
             1
         } else {
             self.frames[parent as usize].2 + 1
@@ -146,12 +174,17 @@ impl Dfa {
 
     /// The stacks of state `s`, bottom first, sorted.
     pub(super) fn materialize(&self, s: u32) -> Vec<Vec<Pos>> {
+        let a = self.anchors[s as usize];
         let mut out: Vec<Vec<Pos>> = self.states[s as usize]
             .iter()
             .map(|&top| {
                 let mut st = Vec::new();
                 let mut f = top;
                 while f != NIL {
+                    if is_hole(f) {
+                        f = self.anchor_lists[a as usize][(f & !HOLE) as usize];
+                        continue;
+                    }
                     st.push(self.frames[f as usize].0);
                     f = self.frames[f as usize].1;
                 }
@@ -163,19 +196,27 @@ impl Dfa {
         out
     }
 
-    pub(super) fn intern(&mut self, d: &[u32]) -> u32 {
+    /// The state of `d` (tops of its stacks, sorted) under anchor list `a` (`NONE`: the
+    /// tops are concrete) with relative stacks `rel`.
+    pub(super) fn intern_with(&mut self, d: &[u32], rel: u32, a: u32) -> u32 {
         let h = {
             let mut f = Fx(0);
             d.hash(&mut f);
+            a.hash(&mut f);
             f.finish()
         };
         if let Some(ids) = self.index.get(&h) {
-            if let Some(&i) = ids.iter().find(|&&i| self.states[i as usize] == d) {
+            if let Some(&i) = ids
+                .iter()
+                .find(|&&i| self.anchors[i as usize] == a && self.states[i as usize] == d)
+            {
                 return i;
             }
         }
         let i = self.states.len() as u32;
         self.states.push(d.to_vec());
+        self.anchors.push(a);
+        self.rel_of.push(rel);
         self.index.entry(h).or_default().push(i);
         self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
         self.forced.push(UNKNOWN);

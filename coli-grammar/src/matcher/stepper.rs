@@ -250,6 +250,60 @@ impl Stepper<'_> {
     /// Sorts every ASCII character of `s` at once into groups: characters the same stacks
     /// accept lead to the same state, so each group is advanced once, when first used.
     pub(super) fn fill_ascii(&mut self, s: u32) {
+        // The partition depends on the stack tops' elements only, so states with the
+        // same relative stacks share it.
+        let r = self.dfa.rel_of[s as usize];
+        let known = if r == NONE {
+            None
+        } else {
+            self.dfa.ascii_groups.get(&r).copied()
+        };
+        let p = match known {
+            Some(p) => p,
+            None => {
+                let p = match self.ascii_pattern(s) {
+                    Some(pattern) => {
+                        let n = pattern
+                            .iter()
+                            .filter(|&&g| g != u8::MAX)
+                            .max()
+                            .map_or(0, |&g| g as u32 + 1);
+                        self.dfa.patterns.push((pattern, n));
+                        (self.dfa.patterns.len() - 1) as u32
+                    }
+                    None => NONE,
+                };
+                if r != NONE {
+                    self.dfa.ascii_groups.insert(r, p);
+                }
+                p
+            }
+        };
+        if p == NONE {
+            for c in 0..128u32 {
+                let t = self.compute(s, c);
+                self.dfa.trans[s as usize * 256 + c as usize] = t;
+            }
+            return;
+        }
+        let base = self.dfa.groups.len() as u32;
+        let (pattern, n) = &self.dfa.patterns[p as usize];
+        let row = &mut self.dfa.trans[s as usize * 256..s as usize * 256 + 128];
+        for (t, &g) in row.iter_mut().zip(pattern.iter()) {
+            *t = if g == u8::MAX {
+                DEAD
+            } else {
+                GROUP | (base + g as u32)
+            };
+        }
+        let n = *n as usize;
+        self.dfa.groups.extend(std::iter::repeat_n(UNKNOWN, n));
+    }
+
+    /// Sorts the ASCII characters of `s` into groups: each character's group (in order of
+    /// first use, `u8::MAX` for refused), or `None` past 64 distinct sets of tops (then
+    /// each character is stepped on its own).
+    fn ascii_pattern(&self, s: u32) -> Option<[u8; 128]> {
         // Tops with the same ASCII set take the same characters, so a character's group is
         // decided by the distinct sets that hold it (many stacks under different
         // continuations share a few sets).
@@ -263,11 +317,7 @@ impl Stepper<'_> {
             }
         }
         if sets.len() > 64 {
-            for c in 0..128u32 {
-                let t = self.compute(s, c);
-                self.dfa.trans[s as usize * 256 + c as usize] = t;
-            }
-            return;
+            return None;
         }
         let mut sigs = [0u64; 128];
         for (k, &set) in sets.iter().enumerate() {
@@ -277,41 +327,49 @@ impl Stepper<'_> {
                 set &= set - 1;
             }
         }
-        let mut done: Vec<(u64, u32)> = Vec::new();
-        for c in 0..128u32 {
-            let sig = sigs[c as usize];
-            let t = if sig == 0 {
-                DEAD
-            } else if let Some(&(_, t)) = done.iter().find(|d| d.0 == sig) {
-                t
-            } else {
-                let t = GROUP | self.dfa.groups.len() as u32;
-                self.dfa.groups.push(UNKNOWN);
-                done.push((sig, t));
-                t
+        let mut pattern = [u8::MAX; 128];
+        let mut done: Vec<u64> = Vec::new();
+        for c in 0..128 {
+            let sig = sigs[c];
+            if sig == 0 {
+                continue;
+            }
+            pattern[c] = match done.iter().position(|&d| d == sig) {
+                Some(g) => g as u8,
+                None => {
+                    done.push(sig);
+                    (done.len() - 1) as u8
+                }
             };
-            self.dfa.trans[s as usize * 256 + c as usize] = t;
         }
+        Some(pattern)
     }
 
+    /// The state after character `c` from state `s` (or `DEAD`). A state relative to its
+    /// anchors takes the step of its relative stacks, computed once for every state of
+    /// the same shape, unless a stack pops into an anchor: then its concrete stacks step.
     pub(super) fn compute(&mut self, s: u32, c: u32) -> u32 {
+        if let Some(t) = self.compute_relative(s, c) {
+            return t;
+        }
+        let mut src = std::mem::take(&mut self.dfa.src);
+        self.dfa.concrete_tops(s, &mut src);
         let mut tops = std::mem::take(&mut self.dfa.tops);
-        let t = if self.advance(s, c, &mut tops) {
+        let t = if self.advance(&src, c, &mut tops) {
             self.dfa.intern(&tops)
         } else {
             DEAD
         };
         self.dfa.tops = tops;
+        self.dfa.src = src;
         t
     }
 
-    /// The stack tops after character `c` from state `s` into `out` (cleared first); false
-    /// if no stack takes it.
-    pub(super) fn advance(&mut self, s: u32, c: u32, out: &mut Vec<u32>) -> bool {
+    /// The stack tops after character `c` from the stacks topped by `src` into `out`
+    /// (cleared first); false if no stack takes it.
+    pub(super) fn advance(&mut self, src: &[u32], c: u32, out: &mut Vec<u32>) -> bool {
         out.clear();
-        let n = self.dfa.states[s as usize].len();
-        for k in 0..n {
-            let top = self.dfa.states[s as usize][k];
+        for &top in src {
             let Some(e) = self.g.top_elem(&self.dfa.frames, top) else {
                 continue;
             };
@@ -361,7 +419,12 @@ impl Stepper<'_> {
                     continue;
                 }
             };
-            if out.len() >= MAX_STACKS || seen.len() > 4 * MAX_STACKS || !seen.insert(f) {
+            if out.len() >= MAX_STACKS || seen.len() > 4 * MAX_STACKS {
+                // A bound met (a relative step is then not taken).
+                self.dfa.escaped = true;
+                continue;
+            }
+            if !seen.insert(f) {
                 continue;
             }
             if f == NIL {
@@ -369,6 +432,7 @@ impl Stepper<'_> {
                 continue;
             }
             let ((r, a, i), parent, depth) = self.dfa.frames[f as usize];
+            self.dfa.max_depth = self.dfa.max_depth.max(depth);
             if depth as usize > MAX_STACK {
                 continue;
             }
@@ -378,6 +442,10 @@ impl Stepper<'_> {
                     // Continue after the reference that led here.
                     let next = if parent == NIL {
                         NIL
+                    } else if is_hole(parent) {
+                        // Into an anchor: a relative step cannot tell where.
+                        self.dfa.escaped = true;
+                        continue;
                     } else {
                         let ((pr, pa, pi), pp, _) = self.dfa.frames[parent as usize];
                         self.dfa.frame((pr, pa, pi + 1), pp)
