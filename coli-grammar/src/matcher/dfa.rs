@@ -115,6 +115,9 @@ pub(super) struct Dfa {
     pub(super) patterns: Vec<([u8; 128], u32)>,
     /// (anchor list, relative step's anchors) → the anchor list after the step.
     pub(super) anchor_steps: HashMap<(u32, u32), u32, BuildFx>,
+    /// Scratch of `rebuild`: frames rebuilt in one pass, and a chain.
+    pub(super) rebuilt: HashMap<u32, u32, BuildFx>,
+    pub(super) chain: Vec<u32>,
     /// Set by [`Stepper::expand`]: a stack popped into a hole or a bound was met; and
     /// the deepest frame it looked at.
     pub(super) escaped: bool,
@@ -134,13 +137,12 @@ pub(super) enum Work {
 }
 
 impl Dfa {
-    /// An empty automaton whose big tables have their room reserved up to the bound at
+    /// An empty automaton whose byte table has its room reserved up to the bound at
     /// which the automaton starts afresh: address space only (pages are touched as the
-    /// tables grow), so no mask pays for copying a table to a bigger place.
+    /// table grows), so no mask pays for copying the table to a bigger place.
     pub(super) fn new() -> Dfa {
         Dfa {
             trans: Vec::with_capacity((MAX_DFA_STATES + 1024) * 256),
-            pnext: Vec::with_capacity((4 * MAX_DFA_STATES + 1024) * 64),
             ..Dfa::default()
         }
     }

@@ -87,6 +87,37 @@ impl Dfa {
         r
     }
 
+    /// Frame `f`'s stack rebuilt on another base: its frames down to (not including) the
+    /// first one `below` says to stop at, consed again on `base` of that frame. Frames
+    /// already rebuilt in this pass (`self.rebuilt`, cleared by the caller) are reused,
+    /// so stacks sharing their lower frames cost one rebuild of those.
+    fn rebuild(
+        &mut self,
+        f: u32,
+        stop: impl Fn(&Dfa, u32) -> bool,
+        base: impl Fn(&Dfa, u32) -> u32,
+    ) -> u32 {
+        let mut chain = std::mem::take(&mut self.chain);
+        chain.clear();
+        let mut g = f;
+        let mut under = loop {
+            if stop(self, g) {
+                break base(self, g);
+            }
+            if let Some(&r) = self.rebuilt.get(&g) {
+                break r;
+            }
+            chain.push(g);
+            g = self.parent_of(g);
+        };
+        for &h in chain.iter().rev() {
+            under = self.frame(self.frames[h as usize].0, under);
+            self.rebuilt.insert(h, under);
+        }
+        self.chain = chain;
+        under
+    }
+
     /// A frame's depth: 0 for the bottom of a stack (`NIL`) or a hole.
     fn depth_of(&self, f: u32) -> u32 {
         if f == NIL || is_hole(f) {
@@ -142,7 +173,7 @@ impl Dfa {
             return None;
         };
         let mut rel = Vec::with_capacity(tops.len());
-        let mut chain = Vec::new();
+        self.rebuilt.clear();
         for (&t, &anchor) in tops.iter().zip(&anchor_of) {
             let k = if anchors.len() == 1 {
                 0
@@ -152,16 +183,7 @@ impl Dfa {
                     .binary_search_by_key(&pos, |&f| self.frames[f as usize].0)
                     .expect("an anchor of the list")
             };
-            chain.clear();
-            let mut f = t;
-            while f != anchor {
-                chain.push(self.frames[f as usize].0);
-                f = self.parent_of(f);
-            }
-            let top = chain
-                .iter()
-                .rev()
-                .fold(HOLE | k as u32, |parent, &pos| self.frame(pos, parent));
+            let top = self.rebuild(t, |_, g| g == anchor, |_, _| HOLE | k as u32);
             rel.push(top);
         }
         rel.sort_unstable();
@@ -211,19 +233,13 @@ impl Dfa {
             out.extend_from_slice(&self.states[s as usize]);
             return;
         }
-        let mut chain = Vec::new();
+        self.rebuilt.clear();
         for i in 0..self.states[s as usize].len() {
-            let mut f = self.states[s as usize][i];
-            chain.clear();
-            while !is_hole(f) {
-                chain.push(self.frames[f as usize].0);
-                f = self.parent_of(f);
-            }
-            let anchor = self.anchor_lists[a as usize][(f & !HOLE) as usize];
-            let top = chain
-                .iter()
-                .rev()
-                .fold(anchor, |parent, &pos| self.frame(pos, parent));
+            let top = self.rebuild(
+                self.states[s as usize][i],
+                |_, g| is_hole(g),
+                |d, g| d.anchor_lists[a as usize][(g & !HOLE) as usize],
+            );
             out.push(top);
         }
         out.sort_unstable();
@@ -300,36 +316,28 @@ impl Stepper<'_> {
             return RelStep::Dead;
         }
         // The stacks in the one form of their state: on two holes or more, relative to
-        // those (in their order); on one, to the anchors above it.
-        let mut holes = Vec::with_capacity(out.len());
+        // those (renumbered in their order, so the anchors stay sorted); on one, to the
+        // anchors above it.
+        let mut used = Vec::with_capacity(out.len());
         for &t in &out {
             match self.dfa.hole_of(t) {
-                Some(k) => holes.push(k),
+                Some(k) => used.push(k),
                 None => return RelStep::Escape,
             }
         }
-        let mut used = holes.clone();
         used.sort_unstable();
         used.dedup();
         let (rel, anchors) = if used.len() > 1 {
-            let mut chain = Vec::new();
-            let mut rel: Vec<u32> = out
-                .iter()
-                .zip(&holes)
-                .map(|(&t, k)| {
-                    let new = used.binary_search(k).expect("a used hole") as u32;
-                    chain.clear();
-                    let mut f = t;
-                    while !is_hole(f) {
-                        chain.push(self.dfa.frames[f as usize].0);
-                        f = self.dfa.parent_of(f);
-                    }
-                    chain
-                        .iter()
-                        .rev()
-                        .fold(HOLE | new, |parent, &pos| self.dfa.frame(pos, parent))
-                })
-                .collect();
+            self.dfa.rebuilt.clear();
+            let mut rel: Vec<u32> = Vec::with_capacity(out.len());
+            for &t in &out {
+                let top = self.dfa.rebuild(
+                    t,
+                    |_, g| is_hole(g),
+                    |_, g| HOLE | used.binary_search(&(g & !HOLE)).expect("a used hole") as u32,
+                );
+                rel.push(top);
+            }
             rel.sort_unstable();
             rel.dedup();
             (rel, used.iter().map(|&k| HOLE | k).collect())
