@@ -2,9 +2,11 @@
 //! at the start of a key were the tail of issue 17):
 //! `cargo run --release -p coli-grammar --example cold_key -- tokenizer.json schema.json [N] [instance.json]`.
 //! With an instance: every position of it, each with a fresh automaton (`SEQ=1`: one
-//! automaton for the whole instance, as a generation uses it), and the N slowest masks with
-//! the states each built. Without one: the median and maximum of N runs of the first key's
-//! mask and the automaton's size after it.
+//! automaton for the whole instance, as a generation uses it; `UPTO=K`: positions up to K
+//! only), and the N slowest masks with the states each built. Without one: the median and
+//! maximum of N runs of the first key's mask and the automaton's size after it.
+//! `data/tracked-keys.*.json`: an object whose keys change continuation after each
+//! tracked member.
 use coli_grammar::{compile_schema, Compiled, TokenMask, TokenTrie};
 use std::time::Instant;
 

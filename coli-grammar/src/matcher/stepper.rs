@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// A cached answer of [`Stepper::uniform`] or [`Stepper::non_ascii`] as a [`Uniform`].
+fn as_uniform(known: u32) -> Uniform {
+    match known {
+        NONUNIFORM => Uniform::No,
+        DEAD => Uniform::Dead,
+        t => Uniform::To(t),
+    }
+}
+
 /// Every character past ASCII (surrogates are no characters).
 const NON_ASCII: &[(u32, u32)] = &[(0x80, 0xD7FF), (0xE000, 0x10FFFF)];
 
@@ -25,27 +34,27 @@ impl Stepper<'_> {
         let mut known = self.dfa.uniform[idx];
         if known == UNKNOWN {
             let class = crate::slices::SLICE_CLASSES[k];
-            let same = self.dfa.states[s as usize].iter().all(|&top| {
-                match self.g.top_elem(&self.dfa.frames, top) {
-                    None => true,
-                    Some(Elem::Chars { ranges, .. }) => {
-                        covers(ranges, class) || disjoint(ranges, class)
-                    }
-                    Some(Elem::Rule(_)) => false,
-                }
-            });
-            known = if same {
+            known = if self.takes_all_or_none(s, class) {
                 self.step_char(s, class[0].0).unwrap_or(DEAD)
             } else {
                 NONUNIFORM
             };
             self.dfa.uniform[idx] = known;
         }
-        match known {
-            NONUNIFORM => Uniform::No,
-            DEAD => Uniform::Dead,
-            t => Uniform::To(t),
-        }
+        as_uniform(known)
+    }
+
+    /// Whether every stack top of `s` takes all the characters of `class` or none.
+    fn takes_all_or_none(&self, s: u32, class: &[(u32, u32)]) -> bool {
+        self.dfa.states[s as usize].iter().all(|&top| {
+            match self.g.top_elem(&self.dfa.frames, top) {
+                None => true,
+                Some(Elem::Chars { ranges, .. }) => {
+                    covers(ranges, class) || disjoint(ranges, class)
+                }
+                Some(Elem::Rule(_)) => false,
+            }
+        })
     }
 
     /// Whether `c` is a state (at a character boundary) where every character of plain
@@ -172,28 +181,14 @@ impl Stepper<'_> {
     pub(crate) fn non_ascii(&mut self, s: u32) -> Uniform {
         let mut known = self.dfa.non_ascii[s as usize];
         if known == UNKNOWN {
-            let same = !self.dfa.reference
-                && self.dfa.states[s as usize].iter().all(|&top| {
-                    match self.g.top_elem(&self.dfa.frames, top) {
-                        None => true,
-                        Some(Elem::Chars { ranges, .. }) => {
-                            covers(ranges, NON_ASCII) || disjoint(ranges, NON_ASCII)
-                        }
-                        Some(Elem::Rule(_)) => false,
-                    }
-                });
-            known = if same {
+            known = if !self.dfa.reference && self.takes_all_or_none(s, NON_ASCII) {
                 self.compute(s, NON_ASCII[0].0)
             } else {
                 NONUNIFORM
             };
             self.dfa.non_ascii[s as usize] = known;
         }
-        match known {
-            NONUNIFORM => Uniform::No,
-            DEAD => Uniform::Dead,
-            t => Uniform::To(t),
-        }
+        as_uniform(known)
     }
 
     /// The state after character `c` from state `s`, or `None` if `c` is refused.
