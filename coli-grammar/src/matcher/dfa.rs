@@ -82,8 +82,9 @@ pub(super) struct Dfa {
     /// Per state: where every non-ASCII character leads, as `uniform` (see
     /// [`Stepper::non_ascii`]).
     pub(super) non_ascii: Vec<u32>,
-    /// Steps every non-ASCII character on its own (the reference the shortcut of
-    /// `non_ascii` is tested against).
+    /// Keeps every state's stacks concrete and steps every non-ASCII character on its
+    /// own (the reference the relative states and the `non_ascii` shortcut are tested
+    /// against, [`Compiled::reference_stepping`]).
     pub(super) reference: bool,
     /// Bumped when the automaton is cleared, so matchers know their id is stale.
     pub(super) epoch: u64,
