@@ -84,7 +84,7 @@ pub(super) struct Dfa {
     pub(super) non_ascii: Vec<u32>,
     /// Keeps every state's stacks concrete and steps every non-ASCII character on its
     /// own (the reference the relative states and the `non_ascii` shortcut are tested
-    /// against, [`Compiled::reference_stepping`]).
+    /// against, `Compiled::reference_stepping`).
     pub(super) reference: bool,
     /// Bumped when the automaton is cleared, so matchers know their id is stale.
     pub(super) epoch: u64,
