@@ -16,7 +16,7 @@
 
 use crate::gbnf::{Expr, Grammar};
 use crate::schema::{SchemaInfo, SchemaNote, Violation};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
@@ -130,10 +130,11 @@ impl Compiled {
             g: &c,
             dfa: &mut dfa,
         };
-        let (mut tops, mut seen) = (Vec::new(), HashSet::default());
+        let mut tops = Vec::new();
+        st.dfa.seen.clear();
         for alt in 0..c.rules[c.root].len() {
             let f = st.dfa.frame((c.root as u32, alt as u32, 0), NIL);
-            st.expand(f, &mut tops, &mut seen);
+            st.expand(f, &mut tops);
         }
         tops.sort_unstable();
         tops.dedup();
@@ -268,11 +269,7 @@ impl Compiled {
     pub(crate) fn reference_stepping(&self) {
         let mut dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
         let epoch = dfa.epoch + 1;
-        *dfa = Dfa {
-            epoch,
-            reference: true,
-            ..Dfa::new()
-        };
+        *dfa = Dfa::fresh(epoch, true);
     }
 
     /// A matcher at the start of the grammar.
@@ -374,11 +371,7 @@ impl Compiled {
         let mut dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
         if dfa.states.len() > MAX_DFA_STATES || dfa.pnodes.len() > 4 * MAX_DFA_STATES {
             let (epoch, reference) = (dfa.epoch + 1, dfa.reference);
-            *dfa = Dfa {
-                epoch,
-                reference,
-                ..Dfa::new()
-            };
+            *dfa = Dfa::fresh(epoch, reference);
         }
         let id = if m.hint.0 == dfa.epoch {
             m.hint.1

@@ -9,7 +9,6 @@
 //! ("warm": a cached schema seen before).
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use coli_grammar::{compile_schema, Compiled, Grammar, TokenTrie};

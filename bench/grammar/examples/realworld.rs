@@ -7,7 +7,8 @@
 //! - instances: each instance's compact JSON; coli `Matcher::matches`, llguidance the
 //!   instance's tokens (greedy over the demo vocabulary) consumed and then accepting;
 //! - masks (schemas both compile, valid instances): a fresh grammar (cold) per instance,
-//!   a mask before every token, timed.
+//!   a mask before every token, timed (`REPEAT=K`: each instance K times, each position's
+//!   fastest kept).
 //!
 //! One JSON line per schema on stdout, flushed, so a crash names its schema; `compare.py`
 //! runs this and sums the lines. Usage: `realworld CORPUS.jsonl [--skip N]`.
@@ -29,6 +30,7 @@ fn main() {
         .position(|a| a == "--skip")
         .map(|i| args[i + 1].parse().expect("--skip N"))
         .unwrap_or(0);
+    let repeat: usize = std::env::var("REPEAT").map_or(1, |r| r.parse().expect("REPEAT: a count"));
     let (vocab, eos) = demo_vocab();
     let trie = TokenTrie::new(&vocab);
     let factory = llg_factory(&vocab, eos);
@@ -91,31 +93,40 @@ fn main() {
         };
         let (cv, ci) = (coli_accepts(&valid), coli_accepts(&invalid));
         let (lv, li) = (llg_accepts(&valid), llg_accepts(&invalid));
-        // masks, cold, on the valid instances both accept
-        let (mut coli_mask, mut llg_mask) = (Vec::new(), Vec::new());
+        // masks, cold, on the valid instances both accept; with REPEAT=K each instance's
+        // masks are taken K times, each time with a fresh grammar, and each position keeps
+        // its fastest (a noisy machine's interruptions left out, for both libraries alike)
+        let (mut coli_mask, mut llg_mask): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
         if let (Ok((_, g)), Some(_)) = (&coli, &llg) {
             for (k, t) in valid.iter().enumerate() {
                 if !(cv[k] && lv[k]) {
                     continue;
                 }
                 let seq = trie.greedy_tokens(t.as_bytes());
-                let c = Compiled::new(g);
-                let mut m = c.matcher();
-                for &tok in &seq {
-                    let t0 = Instant::now();
-                    trie.mask(&m, &mut mask);
-                    coli_mask.push(t0.elapsed().as_secs_f64() * 1e6);
-                    m.accept_bytes(&vocab[tok as usize]);
-                }
-                let mut l = llg_matcher(&factory, schema).expect("compiled before");
-                for &tok in &seq {
-                    let t0 = Instant::now();
-                    let ok = l.compute_mask().map(|mk| mk.is_allowed(tok));
-                    llg_mask.push(t0.elapsed().as_secs_f64() * 1e6);
-                    if !matches!(ok, Ok(true)) || l.consume_token(tok).is_err() {
-                        break;
+                let (mut cm, mut lm) = (vec![f64::MAX; seq.len()], vec![f64::MAX; seq.len()]);
+                let mut l_len = seq.len();
+                for _ in 0..repeat {
+                    let c = Compiled::new(g);
+                    let mut m = c.matcher();
+                    for (j, &tok) in seq.iter().enumerate() {
+                        let t0 = Instant::now();
+                        trie.mask(&m, &mut mask);
+                        cm[j] = cm[j].min(t0.elapsed().as_secs_f64() * 1e6);
+                        m.accept_bytes(&vocab[tok as usize]);
+                    }
+                    let mut l = llg_matcher(&factory, schema).expect("compiled before");
+                    for (j, &tok) in seq.iter().enumerate() {
+                        let t0 = Instant::now();
+                        let ok = l.compute_mask().map(|mk| mk.is_allowed(tok));
+                        lm[j] = lm[j].min(t0.elapsed().as_secs_f64() * 1e6);
+                        if !matches!(ok, Ok(true)) || l.consume_token(tok).is_err() {
+                            l_len = l_len.min(j + 1);
+                            break;
+                        }
                     }
                 }
+                coli_mask.extend(cm);
+                llg_mask.extend(&lm[..l_len]);
             }
         }
         let r = json!({

@@ -70,6 +70,9 @@ pub(super) struct Dfa {
     pub(super) groups: Vec<u32>,
     /// (state, slice class) → [`Stepper::except`]'s answer.
     pub(super) except: HashMap<(u32, u32), Except, BuildFx>,
+    /// (position, slice class) → the ASCII characters its element treats apart
+    /// ([`Stepper::apart`]).
+    pub(super) apart: HashMap<(Pos, u32), u128, BuildFx>,
     /// (state, slice class) → [`Stepper::closed_alive`]'s answer.
     pub(super) alive: HashMap<(u32, u32), bool, BuildFx>,
     pub(super) pnext: Vec<u32>,
@@ -89,7 +92,7 @@ pub(super) struct Dfa {
     /// Bumped when the automaton is cleared, so matchers know their id is stale.
     pub(super) epoch: u64,
     /// Scratch of [`Stepper::advance`] and [`Stepper::expand`], kept for its memory.
-    pub(super) seen: HashSet<u32, BuildFx>,
+    pub(super) seen: Marks,
     pub(super) work: Vec<Work>,
     pub(super) tops: Vec<u32>,
     pub(super) src: Vec<u32>,
@@ -117,12 +120,119 @@ pub(super) struct Dfa {
     /// (anchor list, relative step's anchors) → the anchor list after the step.
     pub(super) anchor_steps: HashMap<(u32, u32), u32, BuildFx>,
     /// Scratch of `rebuild`: frames rebuilt in one pass, and a chain.
-    pub(super) rebuilt: HashMap<u32, u32, BuildFx>,
+    pub(super) rebuilt: Marks,
     pub(super) chain: Vec<u32>,
     /// Set by [`Stepper::expand`]: a stack popped into a hole or a bound was met; and
     /// the deepest frame it looked at.
     pub(super) escaped: bool,
     pub(super) max_depth: u32,
+}
+
+/// Entries per state in the byte table: ASCII bytes, then lead bytes `0xC0..=0xFF` (a
+/// continuation byte at a character boundary is refused without a look).
+pub(super) const ROW: usize = 192;
+
+/// The byte table's entry of state `s` on byte `b` (ASCII or `0xC0..`).
+#[inline]
+pub(super) fn slot(s: u32, b: u8) -> usize {
+    s as usize * ROW
+        + if b < 0x80 {
+            b as usize
+        } else {
+            b as usize - 0x40
+        }
+}
+
+/// Room of a byte table: up to the bound at which the automaton starts afresh.
+const TABLE_CAP: usize = (MAX_DFA_STATES + 1024) * ROW;
+
+/// Byte tables of dropped automata (at most two), kept for the next one: their pages
+/// stay in memory, up to the states their automaton reached (192 × 4 bytes each).
+static SPARE_TABLES: Mutex<Vec<Vec<u32>>> = Mutex::new(Vec::new());
+
+impl Drop for Dfa {
+    fn drop(&mut self) {
+        let trans = std::mem::take(&mut self.trans);
+        if trans.capacity() == TABLE_CAP {
+            if let Ok(mut spare) = SPARE_TABLES.lock() {
+                if spare.len() < 2 {
+                    spare.push(trans);
+                }
+            }
+        }
+    }
+}
+
+/// A set of frames with a value each, emptied in O(1): a frame is in it when its mark
+/// is the current stamp (a scratch set filled and emptied thousands of times per mask,
+/// which a hash set made cost a hash and a probe per frame).
+#[derive(Debug)]
+pub(super) struct Marks {
+    /// Per frame: the stamp when it was put in, and its value.
+    mark: Vec<(u32, u32)>,
+    stamp: u32,
+    /// Frames put in since the set was emptied, and whether `NIL` is in it.
+    pub(super) len: usize,
+    nil: bool,
+}
+
+impl Default for Marks {
+    /// An empty set (stamp 1: a new frame's mark 0 is never current).
+    fn default() -> Marks {
+        Marks {
+            mark: Vec::new(),
+            stamp: 1,
+            len: 0,
+            nil: false,
+        }
+    }
+}
+
+impl Marks {
+    /// Room for one more frame (called as each frame is made).
+    fn grow(&mut self) {
+        self.mark.push((0, 0));
+    }
+
+    /// Empties the set.
+    pub(super) fn clear(&mut self) {
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            self.mark.iter_mut().for_each(|m| m.0 = 0);
+            self.stamp = 1;
+        }
+        self.len = 0;
+        self.nil = false;
+    }
+
+    /// Puts frame `f` (or `NIL`) in; false if it was in already.
+    pub(super) fn insert(&mut self, f: u32) -> bool {
+        self.insert_value(f, 0)
+    }
+
+    /// Puts frame `f` in with value `v`; false (and `v` not kept) if it was in already.
+    pub(super) fn insert_value(&mut self, f: u32, v: u32) -> bool {
+        if f == NIL {
+            if self.nil {
+                return false;
+            }
+            self.nil = true;
+        } else {
+            let m = &mut self.mark[f as usize];
+            if m.0 == self.stamp {
+                return false;
+            }
+            *m = (self.stamp, v);
+        }
+        self.len += 1;
+        true
+    }
+
+    /// Frame `f`'s value, if it is in.
+    pub(super) fn get(&self, f: u32) -> Option<u32> {
+        let m = self.mark[f as usize];
+        (m.0 == self.stamp).then_some(m.1)
+    }
 }
 
 /// An item of [`Stepper::expand`]'s work list.
@@ -141,11 +251,28 @@ impl Dfa {
     /// An empty automaton whose byte table has its room reserved up to the bound at
     /// which the automaton starts afresh: address space only (pages are touched as the
     /// table grows), so no mask pays for copying the table to a bigger place.
+    ///
+    /// The table is one a dropped automaton left when there is one (see
+    /// [`SPARE_TABLES`]).
     pub(super) fn new() -> Dfa {
-        Dfa {
-            trans: Vec::with_capacity((MAX_DFA_STATES + 1024) * 256),
-            ..Dfa::default()
-        }
+        // A table a dropped automaton left, whose pages are already in memory: a new
+        // page costs this machine kind 2–3 µs to fault in, and a key's mask of hundreds of
+        // new states touches a hundred of them.
+        let spare = SPARE_TABLES.lock().ok().and_then(|mut t| t.pop());
+        let mut trans = spare.unwrap_or_else(|| Vec::with_capacity(TABLE_CAP));
+        trans.clear();
+        let mut d = Dfa::default();
+        d.trans = trans;
+        d
+    }
+
+    /// An empty automaton after one cleared at its bound (`epoch` bumped), keeping its
+    /// reference flag.
+    pub(super) fn fresh(epoch: u64, reference: bool) -> Dfa {
+        let mut d = Dfa::new();
+        d.epoch = epoch;
+        d.reference = reference;
+        d
     }
 
     /// The frame (`pos` on top of `parent`).
@@ -160,6 +287,8 @@ impl Dfa {
         };
         let f = self.frames.len() as u32;
         self.frames.push((pos, parent, depth));
+        self.seen.grow();
+        self.rebuilt.grow();
         self.frame_index.insert((pos, parent), f);
         f
     }
@@ -221,7 +350,7 @@ impl Dfa {
         self.anchors.push(a);
         self.rel_of.push(rel);
         self.index.entry(h).or_default().push(i);
-        self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
+        self.trans.extend(std::iter::repeat_n(UNKNOWN, ROW));
         self.forced.push(UNKNOWN);
         self.non_ascii.push(UNKNOWN);
         self.uniform.extend(std::iter::repeat_n(

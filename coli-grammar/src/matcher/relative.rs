@@ -104,7 +104,7 @@ impl Dfa {
             if stop(self, g) {
                 break base(self, g);
             }
-            if let Some(&r) = self.rebuilt.get(&g) {
+            if let Some(r) = self.rebuilt.get(g) {
                 break r;
             }
             chain.push(g);
@@ -112,7 +112,7 @@ impl Dfa {
         };
         for &h in chain.iter().rev() {
             under = self.frame(self.frames[h as usize].0, under);
-            self.rebuilt.insert(h, under);
+            self.rebuilt.insert_value(h, under);
         }
         self.chain = chain;
         under

@@ -15,6 +15,10 @@ fn as_uniform(known: u32) -> Uniform {
 /// Every character past ASCII (surrogates are no characters).
 const NON_ASCII: &[(u32, u32)] = &[(0x80, 0xD7FF), (0xE000, 0x10FFFF)];
 
+/// [`Stepper::apart`]'s cached answer for an element with more than a few characters
+/// apart (no set of ASCII characters has every bit, `0x7F` included, and the class's).
+const APART_MANY: u128 = u128::MAX;
+
 /// The exception characters of a slice class at a state and where the others lead.
 pub(crate) type Except = Option<(Vec<u8>, Option<u32>)>;
 
@@ -122,57 +126,79 @@ impl Stepper<'_> {
             return known.clone();
         }
         let class = crate::slices::SLICE_CLASSES[k];
-        let mut xs: Vec<u8> = Vec::new();
+        let mut set = 0u128;
         let mut ok = true;
-        for &top in &self.dfa.states[s as usize] {
-            let Some(e) = self.g.top_elem(&self.dfa.frames, top) else {
-                continue;
-            };
-            let Elem::Chars { negated, ranges } = e else {
-                ok = false;
-                break;
-            };
-            if covers(ranges, class) || disjoint(ranges, class) {
+        for i in 0..self.dfa.states[s as usize].len() {
+            let top = self.dfa.states[s as usize][i];
+            if top == NIL {
                 continue;
             }
-            // The class's characters inside the ranges, and outside them.
-            let within = intersect(ranges, class);
-            let without = intersect(&crate::regex::complement(&within), class);
-            let (inside, outside) = if *negated {
-                (without, within)
-            } else {
-                (within, without)
-            };
-            let size =
-                |v: &[(u32, u32)]| v.iter().map(|&(a, b)| (b - a + 1) as usize).sum::<usize>();
-            let small = if size(&inside) <= 48 {
-                inside
-            } else if size(&outside) <= 48 {
-                outside
-            } else {
-                ok = false;
-                break;
-            };
-            for (a, b) in small {
-                if b >= 128 {
+            match self.apart(top, k) {
+                Some(bits) => set |= bits,
+                None => {
                     ok = false;
                     break;
                 }
-                xs.extend((a..=b).map(|c| c as u8));
             }
         }
-        xs.sort_unstable();
-        xs.dedup();
-        let r = if ok && !xs.is_empty() && xs.len() <= 48 {
-            let rep = (0x20u32..0x7F).find(|c| {
-                !xs.contains(&(*c as u8)) && class.iter().any(|&(a, b)| a <= *c && *c <= b)
-            });
+        let r = if ok && set != 0 && set.count_ones() <= 48 {
+            let xs: Vec<u8> = (0..128u8).filter(|&c| set >> c & 1 != 0).collect();
+            let rep = (0x20u32..0x7F)
+                .find(|c| set >> c & 1 == 0 && class.iter().any(|&(a, b)| a <= *c && *c <= b));
             rep.map(|rep| (xs, self.step_char(s, rep)))
         } else {
             None
         };
         self.dfa.except.insert((s, k as u32), r.clone());
         r
+    }
+
+    /// The ASCII characters of slice class `k` that the element of frame `top` treats
+    /// apart from the class's others (one bit each; none when it takes all of the class
+    /// or none), or `None` when they are not a few ASCII characters. Depends on the
+    /// element alone, so it is kept per position.
+    fn apart(&mut self, top: u32, k: usize) -> Option<u128> {
+        let pos = self.dfa.frames[top as usize].0;
+        if let Some(&known) = self.dfa.apart.get(&(pos, k as u32)) {
+            return (known != APART_MANY).then_some(known);
+        }
+        let class = crate::slices::SLICE_CLASSES[k];
+        let bits = match self.g.top_elem(&self.dfa.frames, top) {
+            Some(Elem::Chars { negated, ranges }) => {
+                if covers(ranges, class) || disjoint(ranges, class) {
+                    Some(0)
+                } else {
+                    // The class's characters inside the ranges, and outside them.
+                    let within = intersect(ranges, class);
+                    let without = intersect(&crate::regex::complement(&within), class);
+                    let (inside, outside) = if *negated {
+                        (without, within)
+                    } else {
+                        (within, without)
+                    };
+                    let size = |v: &[(u32, u32)]| {
+                        v.iter().map(|&(a, b)| (b - a + 1) as usize).sum::<usize>()
+                    };
+                    let small = if size(&inside) <= 48 {
+                        Some(inside)
+                    } else if size(&outside) <= 48 {
+                        Some(outside)
+                    } else {
+                        None
+                    };
+                    small.filter(|v| v.iter().all(|&(_, b)| b < 128)).map(|v| {
+                        v.iter().fold(0u128, |set, &(a, b)| {
+                            set | (u128::MAX >> (127 - b)) & (u128::MAX << a)
+                        })
+                    })
+                }
+            }
+            _ => None,
+        };
+        self.dfa
+            .apart
+            .insert((pos, k as u32), bits.unwrap_or(APART_MANY));
+        bits
     }
 
     /// Where every non-ASCII character leads from `s`, when they all lead to the same
@@ -224,7 +250,7 @@ impl Stepper<'_> {
     /// The transition of state `s` on ASCII character `c` (a state or `DEAD`).
     #[inline]
     pub(super) fn ascii(&mut self, s: u32, c: u32) -> u32 {
-        let idx = s as usize * 256 + c as usize;
+        let idx = slot(s, c as u8);
         let mut t = self.dfa.trans[idx];
         if t == UNKNOWN {
             self.fill_ascii(s);
@@ -277,13 +303,13 @@ impl Stepper<'_> {
         if p == NONE {
             for c in 0..128u32 {
                 let t = self.compute(s, c);
-                self.dfa.trans[s as usize * 256 + c as usize] = t;
+                self.dfa.trans[slot(s, c as u8)] = t;
             }
             return;
         }
         let base = self.dfa.groups.len() as u32;
         let (pattern, n) = &self.dfa.patterns[p as usize];
-        let row = &mut self.dfa.trans[s as usize * 256..s as usize * 256 + 128];
+        let row = &mut self.dfa.trans[slot(s, 0)..slot(s, 0) + 128];
         for (t, &g) in row.iter_mut().zip(pattern.iter()) {
             *t = if g == u8::MAX {
                 DEAD
@@ -371,11 +397,9 @@ impl Stepper<'_> {
             if e.accepts(c) {
                 let ((r, a, i), parent, _) = self.dfa.frames[top as usize];
                 let f = self.dfa.frame((r, a, i + 1), parent);
-                // Each top's expansion starts with nothing seen (the set's memory reused).
-                let mut seen = std::mem::take(&mut self.dfa.seen);
-                seen.clear();
-                self.expand(f, out, &mut seen);
-                self.dfa.seen = seen;
+                // Each top's expansion starts with nothing seen.
+                self.dfa.seen.clear();
+                self.expand(f, out);
             }
         }
         if out.is_empty() {
@@ -394,7 +418,7 @@ impl Stepper<'_> {
     /// skipped (`seen`): repetitions of bodies that can be empty do not loop. A walk with
     /// its own work list (no recursion: a long chain of references cannot overflow the
     /// thread's stack), in the order of a depth-first recursion.
-    pub(super) fn expand(&mut self, f: u32, out: &mut Vec<u32>, seen: &mut HashSet<u32, BuildFx>) {
+    pub(super) fn expand(&mut self, f: u32, out: &mut Vec<u32>) {
         let g = self.g;
         let mut work = std::mem::take(&mut self.dfa.work);
         work.clear();
@@ -414,12 +438,12 @@ impl Stepper<'_> {
                     continue;
                 }
             };
-            if out.len() >= MAX_STACKS || seen.len() > 4 * MAX_STACKS {
+            if out.len() >= MAX_STACKS || self.dfa.seen.len > 4 * MAX_STACKS {
                 // A bound met (a relative step is then not taken).
                 self.dfa.escaped = true;
                 continue;
             }
-            if !seen.insert(f) {
+            if !self.dfa.seen.insert(f) {
                 continue;
             }
             if f == NIL {
@@ -497,7 +521,11 @@ impl Stepper<'_> {
             return (t != DEAD).then_some(t as Cursor);
         }
         let slot = if at_boundary(cur) {
-            cur32 as usize * 256 + b as usize
+            if (0x80..0xC0).contains(&b) {
+                // A continuation byte where a character would begin.
+                return None;
+            }
+            slot(cur32, b)
         } else {
             if !(0x80..0xC0).contains(&b) {
                 return None;

@@ -326,41 +326,52 @@ impl Conv<'_> {
     }
 
     /// A rule for the escapes (inside a JSON string) whose character is in none of
-    /// `names`, or `None` when there is none.
+    /// `names`, or `None` when there is none. Every escape is one alternative after a
+    /// shared backslash: the key's states then hold one stack waiting for the escape, not
+    /// one per kind of escape.
     fn safe_escapes(&mut self, names: &[&str]) -> Option<String> {
         let used = |c: char| names.iter().any(|n| n.contains(c));
-        let mut alts = Vec::new();
-        for (c, spelled) in [
-            ('"', r#"\""#),
-            ('\\', r"\\"),
-            ('/', r"\/"),
-            ('\u{8}', r"\b"),
-            ('\u{c}', r"\f"),
-            ('\n', r"\n"),
-            ('\r', r"\r"),
-            ('\t', r"\t"),
+        let mut short: Vec<(u32, u32)> = Vec::new();
+        for (c, letter) in [
+            ('"', '"'),
+            ('\\', '\\'),
+            ('/', '/'),
+            ('\u{8}', 'b'),
+            ('\u{c}', 'f'),
+            ('\n', 'n'),
+            ('\r', 'r'),
+            ('\t', 't'),
         ] {
             if !used(c) {
-                alts.push(lit(spelled));
+                short.push((letter as u32, letter as u32));
             }
         }
-        let u = lit(r"\u");
+        let mut alts = Vec::new();
+        if !short.is_empty() {
+            alts.push(crate::regex::class(&crate::regex::norm(short)));
+        }
         const HEX: &str = "[0-9a-fA-F]";
+        let mut u = Vec::new();
         if !names.iter().any(|n| n.chars().any(|c| c < ' ')) {
-            alts.push(format!("{u} \"00\" [01] {HEX}"));
+            u.push(format!("\"00\" [01] {HEX}"));
         }
         if names.iter().all(|n| n.is_ascii()) {
-            alts.push(format!("{u} \"00\" [89a-fA-F] {HEX}"));
-            alts.push(format!("{u} \"0\" [1-9a-fA-F] {HEX}{{2}}"));
-            alts.push(format!("{u} [1-9a-cA-Ce-fE-F] {HEX}{{3}}"));
-            alts.push(format!("{u} [dD] [0-7] {HEX}{{2}}"));
-            alts.push(format!(
-                "{u} [dD] [89abAB] {HEX}{{2}} {u} [dD] [c-fC-F] {HEX}{{2}}"
+            u.push(format!("\"00\" [89a-fA-F] {HEX}"));
+            u.push(format!("\"0\" [1-9a-fA-F] {HEX}{{2}}"));
+            u.push(format!("[1-9a-cA-Ce-fE-F] {HEX}{{3}}"));
+            u.push(format!("[dD] [0-7] {HEX}{{2}}"));
+            u.push(format!(
+                "[dD] [89abAB] {HEX}{{2}} {} [dD] [c-fC-F] {HEX}{{2}}",
+                lit(r"\u")
             ));
+        }
+        if !u.is_empty() {
+            alts.push(format!("\"u\" ( {} )", u.join(" | ")));
         }
         if alts.is_empty() {
             return None;
         }
-        Some(self.add_rule("key-escape", alts.join(" | ")))
+        let body = format!("{} ( {} )", lit(r"\"), alts.join(" | "));
+        Some(self.add_rule("key-escape", body))
     }
 }
