@@ -121,6 +121,9 @@ pub(super) struct Dfa {
     pub(super) anchor_steps: HashMap<(u32, u32), u32, BuildFx>,
     /// Scratch of `rebuild`: frames rebuilt in one pass, and a chain.
     pub(super) rebuilt: Marks,
+    /// Scratch of a relative step's output and of `anchored`'s anchor per top.
+    pub(super) rel_out: Vec<u32>,
+    pub(super) anchor_of: Vec<u32>,
     pub(super) chain: Vec<u32>,
     /// Set by [`Stepper::expand`]: a stack popped into a hole or a bound was met; and
     /// the deepest frame it looked at.

@@ -152,7 +152,8 @@ impl Dfa {
                 q = self.parent_of(q);
             }
         }
-        let mut anchor_of = Vec::with_capacity(tops.len());
+        let mut anchor_of = std::mem::take(&mut self.anchor_of);
+        anchor_of.clear();
         let anchors = if tops.iter().all(|&t| self.parent_of(t) != p) {
             let pd = self.depth_of(p);
             for &t in tops {
@@ -170,6 +171,7 @@ impl Dfa {
             anchor_of.resize(tops.len(), p);
             vec![p]
         } else {
+            self.anchor_of = anchor_of;
             return None;
         };
         let mut rel = Vec::with_capacity(tops.len());
@@ -188,6 +190,7 @@ impl Dfa {
         }
         rel.sort_unstable();
         rel.dedup();
+        self.anchor_of = anchor_of;
         Some((rel, anchors))
     }
 
@@ -304,11 +307,22 @@ impl Stepper<'_> {
 
     /// Steps relative stacks `r` on `c`.
     fn rel_step(&mut self, r: u32, c: u32) -> RelStep {
-        let src = self.dfa.rel_tops[r as usize].clone();
+        // The relative stacks and the output, out of the automaton while it steps (their
+        // memory reused).
+        let src = std::mem::take(&mut self.dfa.rel_tops[r as usize]);
         self.dfa.escaped = false;
         self.dfa.max_depth = 0;
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.dfa.rel_out);
         let any = self.advance(&src, c, &mut out);
+        self.dfa.rel_tops[r as usize] = src;
+        let step = self.rel_step_of(any, &out);
+        self.dfa.rel_out = out;
+        step
+    }
+
+    /// [`Stepper::rel_step`] after the stacks stepped: `out` their tops, `any` whether
+    /// some stack took the character.
+    fn rel_step_of(&mut self, any: bool, out: &[u32]) -> RelStep {
         if self.dfa.escaped || out.len() >= MAX_STACKS {
             return RelStep::Escape;
         }
@@ -319,7 +333,7 @@ impl Stepper<'_> {
         // those (renumbered in their order, so the anchors stay sorted); on one, to the
         // anchors above it.
         let mut used = Vec::with_capacity(out.len());
-        for &t in &out {
+        for &t in out {
             match self.dfa.hole_of(t) {
                 Some(k) => used.push(k),
                 None => return RelStep::Escape,
@@ -330,7 +344,7 @@ impl Stepper<'_> {
         let (rel, anchors) = if used.len() > 1 {
             self.dfa.rebuilt.clear();
             let mut rel: Vec<u32> = Vec::with_capacity(out.len());
-            for &t in &out {
+            for &t in out {
                 let top = self.dfa.rebuild(
                     t,
                     |_, g| is_hole(g),
@@ -343,7 +357,7 @@ impl Stepper<'_> {
             (rel, used.iter().map(|&k| HOLE | k).collect())
         } else {
             self.dfa
-                .anchored(&out)
+                .anchored(out)
                 .expect("stacks over a hole have an anchor")
         };
         let rel = self.dfa.intern_rel(rel);

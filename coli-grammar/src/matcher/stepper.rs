@@ -283,12 +283,7 @@ impl Stepper<'_> {
             Some(p) => p,
             None => {
                 let p = match self.ascii_pattern(s) {
-                    Some(pattern) => {
-                        let n = pattern
-                            .iter()
-                            .filter(|&&g| g != u8::MAX)
-                            .max()
-                            .map_or(0, |&g| g as u32 + 1);
+                    Some((pattern, n)) => {
                         self.dfa.patterns.push((pattern, n));
                         (self.dfa.patterns.len() - 1) as u32
                     }
@@ -322,48 +317,57 @@ impl Stepper<'_> {
     }
 
     /// Sorts the ASCII characters of `s` into groups: each character's group (in order of
-    /// first use, `u8::MAX` for refused), or `None` past 64 distinct sets of tops (then
-    /// each character is stepped on its own).
-    fn ascii_pattern(&self, s: u32) -> Option<[u8; 128]> {
+    /// first use, `u8::MAX` for refused) and the number of groups, or `None` past 64
+    /// distinct sets of tops (then each character is stepped on its own).
+    fn ascii_pattern(&self, s: u32) -> Option<([u8; 128], u32)> {
         // Tops with the same ASCII set take the same characters, so a character's group is
         // decided by the distinct sets that hold it (many stacks under different
         // continuations share a few sets).
-        let mut sets: Vec<u128> = Vec::new();
+        let (mut buf, mut n) = ([0u128; 64], 0);
         for &top in &self.dfa.states[s as usize] {
             if let Some(e) = self.g.top_elem(&self.dfa.frames, top) {
                 let set = e.ascii_set();
-                if set != 0 && !sets.contains(&set) {
-                    sets.push(set);
+                if set != 0 && !buf[..n].contains(&set) {
+                    if n == 64 {
+                        return None;
+                    }
+                    buf[n] = set;
+                    n += 1;
                 }
             }
         }
-        if sets.len() > 64 {
-            return None;
+        let sets = &buf[..n];
+        // The classes of characters in the same sets: the union of the sets, split by
+        // each set in turn (a few classes, each a bit set, so a split costs two ANDs and
+        // a character is never visited by itself).
+        let (mut cbuf, mut nc) = ([0u128; 128], 0);
+        let all = sets.iter().fold(0u128, |a, &s| a | s);
+        if all != 0 {
+            cbuf[0] = all;
+            nc = 1;
         }
-        let mut sigs = [0u64; 128];
-        for (k, &set) in sets.iter().enumerate() {
-            let mut set = set;
-            while set != 0 {
-                sigs[set.trailing_zeros() as usize] |= 1 << k;
-                set &= set - 1;
+        for &set in sets {
+            for i in 0..nc {
+                let (inside, outside) = (cbuf[i] & set, cbuf[i] & !set);
+                if inside != 0 && outside != 0 {
+                    cbuf[i] = inside;
+                    cbuf[nc] = outside;
+                    nc += 1;
+                }
             }
         }
+        // Numbered in order of their first character.
+        let classes = &mut cbuf[..nc];
+        classes.sort_unstable_by_key(|c| c.trailing_zeros());
         let mut pattern = [u8::MAX; 128];
-        let mut done: Vec<u64> = Vec::new();
-        for c in 0..128 {
-            let sig = sigs[c];
-            if sig == 0 {
-                continue;
+        for (g, &class) in classes.iter().enumerate() {
+            let mut bits = class;
+            while bits != 0 {
+                pattern[bits.trailing_zeros() as usize] = g as u8;
+                bits &= bits - 1;
             }
-            pattern[c] = match done.iter().position(|&d| d == sig) {
-                Some(g) => g as u8,
-                None => {
-                    done.push(sig);
-                    (done.len() - 1) as u8
-                }
-            };
         }
-        Some(pattern)
+        Some((pattern, classes.len() as u32))
     }
 
     /// The state after character `c` from state `s` (or `DEAD`). A state relative to its
