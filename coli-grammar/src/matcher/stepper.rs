@@ -347,7 +347,9 @@ impl Stepper<'_> {
             nc = 1;
         }
         for &set in sets {
-            for i in 0..nc {
+            // The classes before this set's splits (the parts split off lie outside it).
+            let before = nc;
+            for i in 0..before {
                 let (inside, outside) = (cbuf[i] & set, cbuf[i] & !set);
                 if inside != 0 && outside != 0 {
                     cbuf[i] = inside;
