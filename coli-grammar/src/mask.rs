@@ -582,10 +582,12 @@ mod tests {
             .collect();
         let schema = serde_json::json!({"type": "object", "properties": props});
         let g = Compiled::new(&crate::compile_schema(&schema.to_string()).unwrap());
-        for prefix in ["{\"", "{\"id\":1,\"", "{\"fo"] {
+        // Inside a name (`fo`), only the names' next letters are told apart: the rest of
+        // the vocabulary is decided by the chain from the state after any other letter.
+        for (prefix, factor) in [("{\"", 8), ("{\"id\":1,\"", 8), ("{\"fo", 20)] {
             let (n, all) = walked(&trie, &g, prefix);
             assert!(
-                n * 8 < all,
+                n * factor < all,
                 "{prefix}: {n} bytes stepped, {all} walking all"
             );
         }

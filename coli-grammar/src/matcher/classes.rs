@@ -65,20 +65,6 @@ pub(super) fn covers(ranges: &[(u32, u32)], class: &[(u32, u32)]) -> bool {
     })
 }
 
-/// The code points in both (sorted, disjoint) range lists.
-pub(super) fn intersect(a: &[(u32, u32)], b: &[(u32, u32)]) -> Vec<(u32, u32)> {
-    let mut out = Vec::new();
-    for &(x, y) in a {
-        for &(p, q) in b {
-            let (lo, hi) = (x.max(p), y.min(q));
-            if lo <= hi {
-                out.push((lo, hi));
-            }
-        }
-    }
-    crate::regex::norm(out)
-}
-
 /// Whether no code point of `class` is in `ranges`.
 pub(super) fn disjoint(ranges: &[(u32, u32)], class: &[(u32, u32)]) -> bool {
     ranges

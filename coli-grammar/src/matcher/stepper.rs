@@ -168,29 +168,45 @@ impl Stepper<'_> {
                 if covers(ranges, class) || disjoint(ranges, class) {
                     Some(0)
                 } else {
-                    // The class's characters inside the ranges, and outside them.
-                    let within = intersect(ranges, class);
-                    let without = intersect(&crate::regex::complement(&within), class);
-                    let (inside, outside) = if *negated {
-                        (without, within)
-                    } else {
-                        (within, without)
-                    };
+                    // The class's characters inside the ranges and outside them: how many,
+                    // and which of them are ASCII (no list of ranges built).
                     let size = |v: &[(u32, u32)]| {
                         v.iter().map(|&(a, b)| (b - a + 1) as usize).sum::<usize>()
                     };
-                    let small = if size(&inside) <= 48 {
+                    let within: usize = ranges
+                        .iter()
+                        .map(|&(x, y)| {
+                            let overlap = |&(p, q): &(u32, u32)| {
+                                let (lo, hi) = (x.max(p), y.min(q));
+                                if lo <= hi {
+                                    (hi - lo + 1) as usize
+                                } else {
+                                    0
+                                }
+                            };
+                            class.iter().map(overlap).sum::<usize>()
+                        })
+                        .sum();
+                    let without = size(class) - within;
+                    let (class_ascii, ranges_ascii) = (ascii_bits(class), ascii_bits(ranges));
+                    let (within_ascii, without_ascii) =
+                        (class_ascii & ranges_ascii, class_ascii & !ranges_ascii);
+                    let (inside, outside) = if *negated {
+                        ((without, without_ascii), (within, within_ascii))
+                    } else {
+                        ((within, within_ascii), (without, without_ascii))
+                    };
+                    let small = if inside.0 <= 48 {
                         Some(inside)
-                    } else if size(&outside) <= 48 {
+                    } else if outside.0 <= 48 {
                         Some(outside)
                     } else {
                         None
                     };
-                    small.filter(|v| v.iter().all(|&(_, b)| b < 128)).map(|v| {
-                        v.iter().fold(0u128, |set, &(a, b)| {
-                            set | (u128::MAX >> (127 - b)) & (u128::MAX << a)
-                        })
-                    })
+                    // Kept only when every one of them is ASCII.
+                    small
+                        .filter(|&(n, bits)| bits.count_ones() as usize == n)
+                        .map(|(_, bits)| bits)
                 }
             }
             _ => None,
@@ -629,6 +645,16 @@ impl Stepper<'_> {
             Err(_) => DEAD,
         }
     }
+}
+
+/// The ASCII code points of sorted ranges, one bit each.
+fn ascii_bits(ranges: &[(u32, u32)]) -> u128 {
+    ranges
+        .iter()
+        .take_while(|r| r.0 < 128)
+        .fold(0u128, |set, &(a, b)| {
+            set | (u128::MAX >> (127 - b.min(127))) & (u128::MAX << a)
+        })
 }
 
 /// The bytes of a loose cursor's unfinished character.
