@@ -149,19 +149,26 @@ pub(super) fn slot(s: u32, b: u8) -> usize {
 /// Room of a byte table: up to the bound at which the automaton starts afresh.
 const TABLE_CAP: usize = (MAX_DFA_STATES + 1024) * ROW;
 
-/// Byte tables of dropped automata (at most two), kept for the next one: their pages
-/// stay in memory, up to the states their automaton reached (192 × 4 bytes each).
-static SPARE_TABLES: Mutex<Vec<Vec<u32>>> = Mutex::new(Vec::new());
+/// Dropped automata (at most two), emptied, kept for the next one: their byte table's
+/// pages stay in memory and their maps and lists keep their room, so a new automaton
+/// neither faults pages in nor grows its maps step by step while it builds its first
+/// states (memory held: up to what the automaton dropped had reached).
+static SPARE: Mutex<Vec<Dfa>> = Mutex::new(Vec::new());
 
 impl Drop for Dfa {
     fn drop(&mut self) {
-        let trans = std::mem::take(&mut self.trans);
-        if trans.capacity() == TABLE_CAP {
-            if let Ok(mut spare) = SPARE_TABLES.lock() {
-                if spare.len() < 2 {
-                    spare.push(trans);
-                }
-            }
+        // Only an automaton with a reserved table is kept (an emptied default one is not,
+        // so this drop does not recur).
+        if self.trans.capacity() != TABLE_CAP {
+            return;
+        }
+        let Ok(mut spare) = SPARE.lock() else {
+            return;
+        };
+        if spare.len() < 2 {
+            let mut d = std::mem::take(self);
+            d.empty();
+            spare.push(d);
         }
     }
 }
@@ -192,6 +199,20 @@ impl Default for Marks {
 }
 
 impl Marks {
+    /// No frames at all (as new, keeping its room).
+    fn empty(&mut self) {
+        let Marks {
+            mark,
+            stamp,
+            len,
+            nil,
+        } = self;
+        mark.clear();
+        *stamp = 1;
+        *len = 0;
+        *nil = false;
+    }
+
     /// Room for one more frame (called as each frame is made).
     fn grow(&mut self) {
         self.mark.push((0, 0));
@@ -255,18 +276,106 @@ impl Dfa {
     /// which the automaton starts afresh: address space only (pages are touched as the
     /// table grows), so no mask pays for copying the table to a bigger place.
     ///
-    /// The table is one a dropped automaton left when there is one (see
-    /// [`SPARE_TABLES`]).
+    /// It is one a dropped automaton left, emptied, when there is one (see [`SPARE`]).
     pub(super) fn new() -> Dfa {
         // A table a dropped automaton left, whose pages are already in memory: a new
         // page costs this machine kind 2–3 µs to fault in, and a key's mask of hundreds of
         // new states touches a hundred of them.
-        let spare = SPARE_TABLES.lock().ok().and_then(|mut t| t.pop());
-        let mut trans = spare.unwrap_or_else(|| Vec::with_capacity(TABLE_CAP));
-        trans.clear();
+        if let Some(d) = SPARE.lock().ok().and_then(|mut t| t.pop()) {
+            return d;
+        }
         let mut d = Dfa::default();
-        d.trans = trans;
+        d.trans = Vec::with_capacity(TABLE_CAP);
         d
+    }
+
+    /// Empties the automaton, keeping the room of its tables, maps and lists. Every field
+    /// is named, so a field added later cannot be forgotten here.
+    pub(super) fn empty(&mut self) {
+        let Dfa {
+            states,
+            frames,
+            frame_index,
+            index,
+            trans,
+            chars,
+            pnodes,
+            groups,
+            except,
+            apart,
+            alive,
+            pnext,
+            pindex,
+            forced,
+            uniform,
+            non_ascii,
+            reference,
+            epoch,
+            seen,
+            work,
+            tops,
+            src,
+            anchors,
+            rel_of,
+            anchor_lists,
+            anchor_depth,
+            anchor_index,
+            rel_tops,
+            rel_index,
+            rel_steps,
+            rel_anchors,
+            concretized,
+            ascii_groups,
+            patterns,
+            anchor_steps,
+            rebuilt,
+            rel_out,
+            anchor_of,
+            chain,
+            escaped,
+            max_depth,
+        } = self;
+        states.clear();
+        frames.clear();
+        frame_index.clear();
+        index.clear();
+        trans.clear();
+        chars.clear();
+        pnodes.clear();
+        groups.clear();
+        except.clear();
+        apart.clear();
+        alive.clear();
+        pnext.clear();
+        pindex.clear();
+        forced.clear();
+        uniform.clear();
+        non_ascii.clear();
+        *reference = false;
+        *epoch = 0;
+        seen.empty();
+        work.clear();
+        tops.clear();
+        src.clear();
+        anchors.clear();
+        rel_of.clear();
+        anchor_lists.clear();
+        anchor_depth.clear();
+        anchor_index.clear();
+        rel_tops.clear();
+        rel_index.clear();
+        rel_steps.clear();
+        rel_anchors.clear();
+        concretized.clear();
+        ascii_groups.clear();
+        patterns.clear();
+        anchor_steps.clear();
+        rebuilt.empty();
+        rel_out.clear();
+        anchor_of.clear();
+        chain.clear();
+        *escaped = false;
+        *max_depth = 0;
     }
 
     /// An empty automaton after one cleared at its bound (`epoch` bumped), keeping its

@@ -450,3 +450,43 @@ fn states_of_hundreds_of_stacks_step_as_each_stack_would() {
     // Both kinds of text occur.
     assert!(accepted > 100 && accepted < texts.len() - 100, "{accepted}");
 }
+
+/// An automaton kept for reuse comes back as a new one: after masks and matches built
+/// states, frames, relative stacks and caches, emptying it leaves nothing a new automaton
+/// lacks (its debug form, every table and map, equals a default one's).
+#[test]
+fn an_emptied_automaton_equals_a_new_one() {
+    let schema = r#"{"type":"object","properties":{"a":{"type":"integer"},"bc":{"type":"string"},"e":{"enum":["é","ü"]}},
+        "required":["a"],"additionalProperties":{"type":"number"}}"#;
+    let c = Compiled::new(&crate::compile_schema(schema).unwrap());
+    let vocab: Vec<Vec<u8>> = [
+        "{\"",
+        "a",
+        "bc",
+        "\":",
+        "1",
+        ",",
+        "}",
+        "\"x\\u00e9",
+        "é",
+        "2.5",
+    ]
+    .iter()
+    .map(|t| t.as_bytes().to_vec())
+    .collect();
+    let trie = crate::TokenTrie::new(&vocab);
+    let mut mask = crate::TokenMask::default();
+    let mut m = c.matcher();
+    for piece in ["{\"", "a", "\":", "1", ",", "\"x\\u00e9", "\":", "2.5", "}"] {
+        trie.mask(&m, &mut mask);
+        assert!(m.accept_bytes(piece.as_bytes()), "{piece}");
+    }
+    assert!(Matcher::matches(&c, r#"{"bc":"é","a":3,"e":"ü"}"#));
+    let mut d = std::mem::take(&mut *c.dfa.lock().unwrap());
+    assert!(
+        d.states.len() > 5 && !d.rel_steps.is_empty() && !d.chars.is_empty(),
+        "the automaton was used"
+    );
+    d.empty();
+    assert_eq!(format!("{d:?}"), format!("{:?}", Dfa::default()));
+}
