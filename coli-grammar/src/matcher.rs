@@ -23,12 +23,14 @@ use std::sync::{Arc, Mutex};
 mod classes;
 mod dfa;
 mod relative;
+mod shortcuts;
 mod stepper;
 
 use classes::*;
 use dfa::*;
 use relative::*;
-pub(crate) use stepper::{Except, Stepper};
+pub(crate) use shortcuts::Except;
+pub(crate) use stepper::Stepper;
 
 /// A compiled grammar: rules as alternatives of element sequences, the start state, and
 /// the automaton its matchers share.
