@@ -28,12 +28,7 @@ impl Elem {
     pub(super) fn ascii_set(&self) -> u128 {
         match self {
             Elem::Chars { negated, ranges } => {
-                let mut set = 0u128;
-                for &(a, b) in ranges.iter().take_while(|r| r.0 < 128) {
-                    let b = b.min(127);
-                    // Bits a..=b.
-                    set |= (u128::MAX >> (127 - b)) & (u128::MAX << a);
-                }
+                let set = ascii_bits(ranges);
                 if *negated {
                     !set
                 } else {
@@ -43,6 +38,17 @@ impl Elem {
             Elem::Rule(_) => 0,
         }
     }
+}
+
+/// The ASCII code points of sorted ranges, one bit each.
+pub(super) fn ascii_bits(ranges: &[(u32, u32)]) -> u128 {
+    ranges
+        .iter()
+        .take_while(|r| r.0 < 128)
+        // Bits a..=b.
+        .fold(0u128, |set, &(a, b)| {
+            set | (u128::MAX >> (127 - b.min(127))) & (u128::MAX << a)
+        })
 }
 
 /// Whether the union of `ranges` contains every code point of `class`.

@@ -228,13 +228,3 @@ impl Stepper<'_> {
         as_uniform(known)
     }
 }
-
-/// The ASCII code points of sorted ranges, one bit each.
-fn ascii_bits(ranges: &[(u32, u32)]) -> u128 {
-    ranges
-        .iter()
-        .take_while(|r| r.0 < 128)
-        .fold(0u128, |set, &(a, b)| {
-            set | (u128::MAX >> (127 - b.min(127))) & (u128::MAX << a)
-        })
-}
