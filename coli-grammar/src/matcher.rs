@@ -11,8 +11,9 @@
 //! The pieces: `classes` (character classes and their range arithmetic), `dfa` (the
 //! shared lazy automaton's tables), `stepper` (transitions computed on first use and the
 //! mask's shortcuts), `relative` (states kept relative to their anchors, so stacks that
-//! differ only below what a character moves step once); this file holds the compiled
-//! rules and the [`Matcher`] API.
+//! differ only below what a character moves step once), `shortcuts` (the answers the
+//! mask's shortcuts ask for), `cold` (a mask's walk past its budget, stepping stacks
+//! without making states); this file holds the compiled rules and the [`Matcher`] API.
 
 use crate::gbnf::{Expr, Grammar};
 use crate::schema::{SchemaInfo, SchemaNote, Violation};
@@ -21,12 +22,14 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 mod classes;
+mod cold;
 mod dfa;
 mod relative;
 mod shortcuts;
 mod stepper;
 
 use classes::*;
+pub(crate) use cold::ColdNode;
 use dfa::*;
 use relative::*;
 pub(crate) use shortcuts::Except;
@@ -271,7 +274,15 @@ impl Compiled {
     pub(crate) fn reference_stepping(&self) {
         let mut dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
         let epoch = dfa.epoch + 1;
-        *dfa = Dfa::fresh(epoch, true);
+        *dfa = Dfa::fresh(epoch, true, None);
+    }
+
+    /// Sets how many fresh steps a mask may spend before the rest of its walk is cold
+    /// (tests walk cold from the start with 0, or never with `usize::MAX`).
+    #[cfg(test)]
+    pub(crate) fn cold_budget(&self, budget: usize) {
+        let mut dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
+        dfa.cold_budget = Some(budget);
     }
 
     /// A matcher at the start of the grammar.
@@ -372,8 +383,8 @@ impl Compiled {
     fn with_stepper_at<R>(&self, m: &Matcher, f: impl FnOnce(&mut Stepper, u32, Cursor) -> R) -> R {
         let mut dfa = self.dfa.lock().unwrap_or_else(|p| p.into_inner());
         if dfa.states.len() > MAX_DFA_STATES || dfa.pnodes.len() > 4 * MAX_DFA_STATES {
-            let (epoch, reference) = (dfa.epoch + 1, dfa.reference);
-            *dfa = Dfa::fresh(epoch, reference);
+            let (epoch, reference, budget) = (dfa.epoch + 1, dfa.reference, dfa.cold_budget);
+            *dfa = Dfa::fresh(epoch, reference, budget);
         }
         let id = if m.hint.0 == dfa.epoch {
             m.hint.1

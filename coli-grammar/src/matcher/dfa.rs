@@ -129,6 +129,15 @@ pub(super) struct Dfa {
     /// the deepest frame it looked at.
     pub(super) escaped: bool,
     pub(super) max_depth: u32,
+    /// Stacks stepped by [`Stepper::compute`] (a relative step or concrete stacks; a
+    /// cached step is not counted), the count when the current mask's walk began (its
+    /// budget counts from there), the budget when not the default
+    /// ([`cold::COLD_BUDGET`]), and the cold walk's pools of scratch.
+    pub(super) steps_made: usize,
+    pub(super) walk_from: usize,
+    pub(super) cold_budget: Option<usize>,
+    pub(super) cold_nodes: Vec<ColdNode>,
+    pub(super) cold_tops: Vec<Vec<u32>>,
 }
 
 /// Entries per state in the byte table: ASCII bytes, then lead bytes `0xC0..=0xFF` (a
@@ -334,6 +343,11 @@ impl Dfa {
             chain,
             escaped,
             max_depth,
+            steps_made,
+            walk_from,
+            cold_budget,
+            cold_nodes,
+            cold_tops,
         } = self;
         states.clear();
         frames.clear();
@@ -376,14 +390,20 @@ impl Dfa {
         chain.clear();
         *escaped = false;
         *max_depth = 0;
+        *steps_made = 0;
+        *walk_from = 0;
+        *cold_budget = None;
+        cold_nodes.clear();
+        cold_tops.clear();
     }
 
     /// An empty automaton after one cleared at its bound (`epoch` bumped), keeping its
-    /// reference flag.
-    pub(super) fn fresh(epoch: u64, reference: bool) -> Dfa {
+    /// reference flag and cold budget.
+    pub(super) fn fresh(epoch: u64, reference: bool, cold_budget: Option<usize>) -> Dfa {
         let mut d = Dfa::new();
         d.epoch = epoch;
         d.reference = reference;
+        d.cold_budget = cold_budget;
         d
     }
 

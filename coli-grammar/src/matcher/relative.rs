@@ -307,6 +307,7 @@ impl Stepper<'_> {
 
     /// Steps relative stacks `r` on `c`.
     fn rel_step(&mut self, r: u32, c: u32) -> RelStep {
+        self.dfa.steps_made += 1;
         // The relative stacks and the output, out of the automaton while it steps (their
         // memory reused).
         let src = std::mem::take(&mut self.dfa.rel_tops[r as usize]);

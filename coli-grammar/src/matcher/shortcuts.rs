@@ -33,7 +33,7 @@ impl Stepper<'_> {
         let mut known = self.dfa.uniform[idx];
         if known == UNKNOWN {
             let class = crate::slices::SLICE_CLASSES[k];
-            known = if self.takes_all_or_none(s, class) {
+            known = if self.takes_all_or_none(&self.dfa.states[s as usize], class) {
                 self.step_char(s, class[0].0).unwrap_or(DEAD)
             } else {
                 NONUNIFORM
@@ -43,17 +43,17 @@ impl Stepper<'_> {
         as_uniform(known)
     }
 
-    /// Whether every stack top of `s` takes all the characters of `class` or none.
-    fn takes_all_or_none(&self, s: u32, class: &[(u32, u32)]) -> bool {
-        self.dfa.states[s as usize].iter().all(|&top| {
-            match self.g.top_elem(&self.dfa.frames, top) {
+    /// Whether every one of the stack tops `tops` (a state's, say) takes all the
+    /// characters of `class` or none.
+    pub(super) fn takes_all_or_none(&self, tops: &[u32], class: &[(u32, u32)]) -> bool {
+        tops.iter()
+            .all(|&top| match self.g.top_elem(&self.dfa.frames, top) {
                 None => true,
                 Some(Elem::Chars { ranges, .. }) => {
                     covers(ranges, class) || disjoint(ranges, class)
                 }
                 Some(Elem::Rule(_)) => false,
-            }
-        })
+            })
     }
 
     /// Whether `c` is a state (at a character boundary) where every character of plain
@@ -218,7 +218,9 @@ impl Stepper<'_> {
     pub(crate) fn non_ascii(&mut self, s: u32) -> Uniform {
         let mut known = self.dfa.non_ascii[s as usize];
         if known == UNKNOWN {
-            known = if !self.dfa.reference && self.takes_all_or_none(s, NON_ASCII) {
+            known = if !self.dfa.reference
+                && self.takes_all_or_none(&self.dfa.states[s as usize], NON_ASCII)
+            {
                 self.compute(s, NON_ASCII[0].0)
             } else {
                 NONUNIFORM

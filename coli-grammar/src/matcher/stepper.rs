@@ -173,6 +173,7 @@ impl Stepper<'_> {
         if let Some(t) = self.compute_relative(s, c) {
             return t;
         }
+        self.dfa.steps_made += 1;
         let mut src = std::mem::take(&mut self.dfa.src);
         self.dfa.concrete_tops(s, &mut src);
         let mut tops = std::mem::take(&mut self.dfa.tops);
