@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use std::fmt;
 
 /// A note about one keyword of the schema: where, which, and what.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SchemaNote {
     /// JSON Pointer to the schema object (empty for the root).
     pub path: String,

@@ -231,8 +231,13 @@ pub(crate) struct Conv<'a> {
     work: usize,
     /// Grammar text written so far.
     size: usize,
+    /// Notes in the order first met, and the sets of them (a schema whose references
+    /// are expanded many times meets the same note tens of thousands of times: a search
+    /// of the list for each took most of a minute on SchemaStore's `azure-pipelines`).
     warnings: Vec<SchemaNote>,
     relaxations: Vec<SchemaNote>,
+    warned: HashSet<SchemaNote>,
+    relaxed: HashSet<SchemaNote>,
     pub(crate) options: SchemaOptions,
 }
 
@@ -255,6 +260,8 @@ impl<'a> Conv<'a> {
             size: 0,
             warnings: Vec::new(),
             relaxations: Vec::new(),
+            warned: HashSet::new(),
+            relaxed: HashSet::new(),
         }
     }
 
@@ -329,7 +336,7 @@ impl<'a> Conv<'a> {
             keyword: keyword.to_string(),
             msg: msg.into(),
         };
-        if !self.relaxations.contains(&note) {
+        if self.relaxed.insert(note.clone()) {
             self.relaxations.push(note);
         }
     }
@@ -342,7 +349,7 @@ impl<'a> Conv<'a> {
             keyword: keyword.to_string(),
             msg: msg.into(),
         };
-        if !self.warnings.contains(&note) {
+        if self.warned.insert(note.clone()) {
             self.warnings.push(note);
         }
     }

@@ -533,3 +533,27 @@ fn bounded_space_option_limits_padding_only() {
     }
     assert!(Matcher::matches(&free, &deep) && Matcher::matches(&free, "[  1]"));
 }
+
+#[test]
+fn a_warning_met_again_is_listed_once_where_first_met() {
+    // The same definition merged twice at one place, and used at another.
+    let s = json!({"$defs": {"a": {"type": "object", "x-a": 1}},
+        "properties": {
+            "p": {"allOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/a"}, {"x-b": 2}]},
+            "q": {"$ref": "#/$defs/a"}}});
+    let c = compiled(&s);
+    let got: Vec<(&str, &str)> = c
+        .warnings()
+        .iter()
+        .map(|w| (w.path.as_str(), w.keyword.as_str()))
+        .collect();
+    // Once each (the allOf met `x-a` twice), in the order first met.
+    assert_eq!(
+        got,
+        [
+            ("/properties/p/allOf", "x-a"),
+            ("/properties/p/allOf", "x-b"),
+            ("/$defs/a", "x-a")
+        ]
+    );
+}
