@@ -520,18 +520,19 @@ pub fn parse(src: &str) -> Result<Grammar, GrammarError> {
             }
         }
     }
-    for &old in &def_order {
-        let (mut expr, _) = p.defined[old].clone().expect("checked above");
-        renumber(&mut expr, &new_index);
-        rules.push(Rule {
-            name: p.order[old].0.clone(),
-            expr,
-        });
-    }
     let defined_at: Vec<(usize, usize)> = def_order
         .iter()
         .map(|&old| p.defined[old].as_ref().expect("checked").1)
         .collect();
+    // Each rule's expression moved out (each is taken once: `def_order` is a permutation).
+    for &old in &def_order {
+        let (mut expr, _) = p.defined[old].take().expect("checked above");
+        renumber(&mut expr, &new_index);
+        rules.push(Rule {
+            name: std::mem::take(&mut p.order[old].0),
+            expr,
+        });
+    }
     let root = new_index[*p.names.get("root").ok_or_else(|| GrammarError {
         line: 1,
         column: 1,

@@ -4,16 +4,23 @@ use super::{Expr, Grammar, Rule};
 
 /// Writes `e` back as GBNF (used by tests and the JSON Schema converter).
 pub fn show(e: &Expr, rules: &[Rule]) -> String {
-    fn esc(c: char, in_class: bool) -> String {
+    /// Appends `c` as GBNF spells it in a literal or (`in_class`) a class, without an
+    /// allocation per character (literals of every key's name are written this way).
+    fn esc(out: &mut String, c: char, in_class: bool) {
         match c {
-            '\n' => "\\n".into(),
-            '\r' => "\\r".into(),
-            '\t' => "\\t".into(),
-            '\\' => "\\\\".into(),
-            '"' if !in_class => "\\\"".into(),
-            ']' | '-' | '^' if in_class => format!("\\{c}"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => format!("\\x{:02X}", c as u32),
-            c => c.to_string(),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\\' => out.push_str("\\\\"),
+            '"' if !in_class => out.push_str("\\\""),
+            ']' | '-' | '^' if in_class => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02X}", c as u32));
+            }
+            c => out.push(c),
         }
     }
     match e {
@@ -34,22 +41,24 @@ pub fn show(e: &Expr, rules: &[Rule]) -> String {
             })
             .collect::<Vec<_>>()
             .join(" | "),
-        Expr::Literal(l) => format!(
-            "\"{}\"",
-            l.iter().map(|&c| esc(c, false)).collect::<String>()
-        ),
+        Expr::Literal(l) => {
+            let mut out = String::with_capacity(l.len() + 2);
+            out.push('"');
+            l.iter().for_each(|&c| esc(&mut out, c, false));
+            out.push('"');
+            out
+        }
         Expr::Class { negated, ranges } => {
-            let body: String = ranges
-                .iter()
-                .map(|&(a, b)| {
-                    if a == b {
-                        esc(a, true)
-                    } else {
-                        format!("{}-{}", esc(a, true), esc(b, true))
-                    }
-                })
-                .collect();
-            format!("[{}{body}]", if *negated { "^" } else { "" })
+            let mut out = String::from(if *negated { "[^" } else { "[" });
+            for &(a, b) in ranges {
+                esc(&mut out, a, true);
+                if a != b {
+                    out.push('-');
+                    esc(&mut out, b, true);
+                }
+            }
+            out.push(']');
+            out
         }
         Expr::Any => ".".into(),
         Expr::Ref(i) => rules[*i].name.clone(),

@@ -98,10 +98,11 @@ fn errors_name_the_rule_and_the_place() {
 
 fn arb_expr(n_rules: usize) -> impl Strategy<Value = Expr> {
     let leaf = prop_oneof![
-        "[a-z\\n\"\\\\é]{0,4}".prop_map(|s| Expr::Literal(s.chars().collect())),
+        "[a-z\\n\\r\\t\\x01\\x7f\"\\\\é\\]^-]{0,4}"
+            .prop_map(|s| Expr::Literal(s.chars().collect())),
         (
             any::<bool>(),
-            proptest::collection::vec((0x20u32..0x7e, 0u32..5), 1..3)
+            proptest::collection::vec((0x01u32..0x7f, 0u32..5), 1..3)
         )
             .prop_map(|(negated, r)| Expr::Class {
                 negated,
@@ -109,7 +110,7 @@ fn arb_expr(n_rules: usize) -> impl Strategy<Value = Expr> {
                     .into_iter()
                     .map(|(a, d)| (
                         char::from_u32(a).unwrap(),
-                        char::from_u32((a + d).min(0x7e)).unwrap()
+                        char::from_u32((a + d).min(0x7f)).unwrap()
                     ))
                     .collect()
             }),
