@@ -96,6 +96,8 @@ struct Parser<'a> {
     order: Vec<(String, (usize, usize))>,
     defined: Vec<Option<(Expr, (usize, usize))>>,
     current: Option<String>,
+    /// The last rule name read.
+    word: String,
     depth: usize,
     /// Position of the first character of each line.
     line_starts: Vec<usize>,
@@ -148,7 +150,9 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn name(&mut self) -> Result<String, GrammarError> {
+    /// Reads a rule name into `self.word` (one buffer for every name: a grammar of
+    /// thousands of rules refers to them tens of thousands of times).
+    fn name(&mut self) -> Result<(), GrammarError> {
         let start = self.pos;
         while self.peek().is_some_and(is_name_char) {
             self.pos += 1;
@@ -156,7 +160,17 @@ impl<'a> Parser<'a> {
         if start == self.pos {
             return Err(self.err(start, "expected a rule name"));
         }
-        Ok(self.chars[start..self.pos].iter().collect())
+        self.word.clear();
+        self.word.extend(&self.chars[start..self.pos]);
+        Ok(())
+    }
+
+    /// [`Parser::rule_index`] of the name just read.
+    fn word_index(&mut self, pos: usize) -> usize {
+        let word = std::mem::take(&mut self.word);
+        let i = self.rule_index(&word, pos);
+        self.word = word;
+        i
     }
 
     fn rule_index(&mut self, name: &str, pos: usize) -> usize {
@@ -177,8 +191,8 @@ impl<'a> Parser<'a> {
         }
         while self.peek().is_some() {
             let start = self.pos;
-            let name = self.name()?;
-            self.current = Some(name.clone());
+            self.name()?;
+            self.current = Some(self.word.clone());
             self.space(false);
             if !self.chars[self.pos..].starts_with(&[':', ':', '=']) {
                 return Err(self.err(self.pos, "expected ::= after the rule name"));
@@ -186,6 +200,7 @@ impl<'a> Parser<'a> {
             self.pos += 3;
             self.space(true);
             let expr = self.alternatives(false)?;
+            let name = self.current.clone().expect("the rule being read");
             let i = self.rule_index(&name, start);
             if let Some((_, (l, _))) = &self.defined[i] {
                 return Err(self.err(start, format!("duplicate rule: first defined on line {l}")));
@@ -277,7 +292,7 @@ impl<'a> Parser<'a> {
                 Some(c) if is_name_char(c) => {
                     // A name followed by ::= starts the next rule: this sequence is over.
                     let save = self.pos;
-                    let name = self.name()?;
+                    self.name()?;
                     let mut probe = self.pos;
                     while matches!(self.chars.get(probe), Some(' ' | '\t')) {
                         probe += 1;
@@ -286,7 +301,7 @@ impl<'a> Parser<'a> {
                         self.pos = save;
                         break;
                     }
-                    Expr::Ref(self.rule_index(&name, save))
+                    Expr::Ref(self.word_index(save))
                 }
                 _ => break,
             };
@@ -487,6 +502,7 @@ pub fn parse(src: &str) -> Result<Grammar, GrammarError> {
         order: Vec::new(),
         defined: Vec::new(),
         current: None,
+        word: String::new(),
         depth: 0,
         _src: src,
     };

@@ -275,7 +275,9 @@ impl<'a> Conv<'a> {
         name.to_string()
     }
 
-    pub(crate) fn fresh_name(&mut self, hint: &str) -> String {
+    /// A rule name's base from any hint: `r-` and its ASCII letters and digits,
+    /// lowercase, with every run of other characters as one dash, 48 characters at most.
+    fn name_base(hint: &str) -> String {
         let base: String = hint
             .chars()
             .map(|c| {
@@ -291,10 +293,33 @@ impl<'a> Conv<'a> {
             .collect::<Vec<_>>()
             .join("-");
         let base: String = base.chars().take(48).collect();
-        let base = if base.is_empty() {
+        if base.is_empty() {
             "r".to_string()
         } else {
             format!("r-{}", base.trim_end_matches('-'))
+        }
+    }
+
+    /// Whether `name_base` would give `r-` and the hint unchanged.
+    fn is_clean_hint(hint: &str) -> bool {
+        !hint.is_empty()
+            && hint.len() <= 48
+            && hint
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !hint.starts_with('-')
+            && !hint.ends_with('-')
+            && !hint.contains("--")
+    }
+
+    pub(crate) fn fresh_name(&mut self, hint: &str) -> String {
+        // A hint already in the form `name_base` gives (lowercase words joined by single
+        // dashes, 48 bytes at most: `key-not-declared`, asked once per node of every key
+        // trie) is taken as it is.
+        let base = if Self::is_clean_hint(hint) {
+            format!("r-{hint}")
+        } else {
+            Self::name_base(hint)
         };
         // The next free suffix per base, so many rules of one hint cost no rescans.
         let n = self.suffix.entry(base.clone()).or_insert(1);

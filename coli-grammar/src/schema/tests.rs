@@ -557,3 +557,14 @@ fn a_warning_met_again_is_listed_once_where_first_met() {
         ]
     );
 }
+
+proptest::proptest! {
+    /// A hint that `fresh_name` takes as it is would have come out of the cleaning
+    /// unchanged.
+    #[test]
+    fn clean_hints_are_their_own_rule_names(hint in "[a-z0-9-]{0,52}|[a-zA-Z0-9_/ -]{0,20}") {
+        if Conv::is_clean_hint(&hint) {
+            proptest::prop_assert_eq!(Conv::name_base(&hint), format!("r-{hint}"));
+        }
+    }
+}
