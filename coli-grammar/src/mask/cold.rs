@@ -1,9 +1,8 @@
 //! The mask's cold walk: below a state none of whose transitions is known, once the
-//! mask has added its budget of new states, the stacks are stepped along the token trie
+//! mask has spent its budget of fresh steps, the stacks are stepped along the token trie
 //! without becoming states (see `matcher/cold.rs`).
 
-use super::TokenMask;
-use super::TokenTrie;
+use super::{TokenMask, TokenTrie};
 use crate::matcher::{ColdNode, Cursor, Stepper};
 
 impl TokenTrie {
