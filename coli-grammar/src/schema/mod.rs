@@ -46,6 +46,8 @@ mod scalar;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_keys;
+#[cfg(test)]
 mod tests_spelling;
 mod visit;
 
@@ -222,6 +224,8 @@ pub(crate) struct Conv<'a> {
     seen: HashMap<String, (String, Vec<(bool, SchemaNote)>)>,
     /// Sorted declared names → the rule of keys that are none of them.
     key_rules: HashMap<Vec<String>, String>,
+    /// Body → rule, for the rules written through [`Conv::shared_rule`].
+    shared: HashMap<String, String>,
     prims: Vec<&'static str>,
     /// References being expanded by the merge in progress (a cycle is an error).
     merging: Vec<String>,
@@ -253,6 +257,7 @@ impl<'a> Conv<'a> {
             merged: HashMap::new(),
             seen: HashMap::new(),
             key_rules: HashMap::new(),
+            shared: HashMap::new(),
             prims: Vec::new(),
             merging: Vec::new(),
             depth: 0,
@@ -340,6 +345,18 @@ impl<'a> Conv<'a> {
     pub(crate) fn add_rule(&mut self, hint: &str, body: String) -> String {
         let name = self.fresh_name(hint);
         self.push_rule(name.clone(), body);
+        name
+    }
+
+    /// [`Conv::add_rule`], or the rule written before with the same body: one rule for
+    /// each of the many copies a schema asks for (the nodes of its key tries that share a
+    /// suffix, the escapes of keys).
+    pub(crate) fn shared_rule(&mut self, hint: &str, body: String) -> String {
+        if let Some(name) = self.shared.get(&body) {
+            return name.clone();
+        }
+        let name = self.add_rule(hint, body.clone());
+        self.shared.insert(body, name.clone());
         name
     }
 

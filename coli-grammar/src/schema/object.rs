@@ -301,28 +301,30 @@ impl Conv<'_> {
             }
             nodes[at].end = true;
         }
-        let names: Vec<String> = (0..nodes.len())
-            .map(|_| self.fresh_name("key-not-declared"))
-            .collect();
-        let base = names[0].clone();
-        for (i, node) in nodes.iter().enumerate() {
+        // A node's rule after its children's (a child comes later in `nodes`), each through
+        // `shared_rule`: nodes with the same subtree (suffixes such as `_url` after many
+        // names, the leaves) get one rule, so the rules are the trie's minimal automaton.
+        let mut rule_of = vec![String::new(); nodes.len()];
+        for (i, node) in nodes.iter().enumerate().rev() {
             let mut alts = Vec::new();
             if !node.end {
                 alts.push("\"\"".to_string());
             }
             let mut excluded: Vec<(u32, u32)> = vec![(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)];
-            for (c, kid) in &node.kids {
+            let mut kids = node.kids.clone();
+            kids.sort_unstable();
+            for (c, kid) in &kids {
                 excluded.push((*c as u32, *c as u32));
-                alts.push(format!("{} {}", lit(&c.to_string()), names[*kid]));
+                alts.push(format!("{} {}", lit(&c.to_string()), rule_of[*kid]));
             }
             let allowed = crate::regex::complement(&crate::regex::norm(excluded));
             alts.push(format!("{} {char_}*", crate::regex::class(&allowed)));
             if let Some(e) = &esc {
                 alts.push(format!("{e} {char_}*"));
             }
-            self.push_rule(names[i].clone(), alts.join(" | "));
+            rule_of[i] = self.shared_rule("key-not-declared", alts.join(" | "));
         }
-        base
+        rule_of.swap_remove(0)
     }
 
     /// A rule for the escapes (inside a JSON string) whose character is in none of
@@ -372,6 +374,6 @@ impl Conv<'_> {
             return None;
         }
         let body = format!("{} ( {} )", lit(r"\"), alts.join(" | "));
-        Some(self.add_rule("key-escape", body))
+        Some(self.shared_rule("key-escape", body))
     }
 }
