@@ -282,26 +282,36 @@ impl<'a> Conv<'a> {
 
     /// A rule name's base from any hint: `r-` and its ASCII letters and digits,
     /// lowercase, with every run of other characters as one dash, 48 characters at most.
+    /// One pass that stops at the 48th character: hints are JSON pointers, some of them
+    /// hundreds of characters long, and an object asks for one name per set of members.
     fn name_base(hint: &str) -> String {
-        let base: String = hint
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_lowercase()
-                } else {
-                    '-'
+        let mut out = String::with_capacity(50);
+        out.push_str("r-");
+        let (mut len, mut gap) = (0, false);
+        for c in hint.chars() {
+            if !c.is_ascii_alphanumeric() {
+                gap = true;
+                continue;
+            }
+            if gap && len > 0 {
+                if len + 1 >= 48 {
+                    // The dash would be the 48th character (cut, then trimmed) or past it.
+                    break;
                 }
-            })
-            .collect::<String>()
-            .split('-')
-            .filter(|s| !s.is_empty())
-            .collect::<Vec<_>>()
-            .join("-");
-        let base: String = base.chars().take(48).collect();
-        if base.is_empty() {
+                out.push('-');
+                len += 1;
+            }
+            gap = false;
+            if len == 48 {
+                break;
+            }
+            out.push(c.to_ascii_lowercase());
+            len += 1;
+        }
+        if len == 0 {
             "r".to_string()
         } else {
-            format!("r-{}", base.trim_end_matches('-'))
+            out
         }
     }
 

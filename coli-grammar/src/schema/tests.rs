@@ -558,7 +558,37 @@ fn a_warning_met_again_is_listed_once_where_first_met() {
     );
 }
 
+/// `name_base` by its definition, step by step: every character that is not an ASCII
+/// letter or digit a dash, runs of dashes one, no dash at either end, lowercase, the first
+/// 48 characters, a dash at the cut removed.
+fn name_base_by_definition(hint: &str) -> String {
+    let dashed: String = hint
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let words: Vec<&str> = dashed.split('-').filter(|w| !w.is_empty()).collect();
+    let base: String = words.join("-").chars().take(48).collect();
+    let base = base.trim_end_matches('-');
+    if base.is_empty() {
+        "r".to_string()
+    } else {
+        format!("r-{base}")
+    }
+}
+
 proptest::proptest! {
+    /// The one-pass cleaning gives the definition's name, on hints around the cut.
+    #[test]
+    fn rule_name_bases_follow_their_definition(hint in "[a-zA-Z0-9/_é -]{0,120}") {
+        proptest::prop_assert_eq!(Conv::name_base(&hint), name_base_by_definition(&hint));
+    }
+
     /// A hint that `fresh_name` takes as it is would have come out of the cleaning
     /// unchanged.
     #[test]
