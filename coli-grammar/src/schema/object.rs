@@ -77,11 +77,7 @@ impl Conv<'_> {
                 }
                 Err(e) => return Err(e),
             };
-            let key = lit(&Value::String(name.clone()).to_string());
-            kvs.push((
-                name.clone(),
-                v.map(|v| format!("{key} {ws} \":\" {ws} {v} {ws}")),
-            ));
+            kvs.push((name.clone(), v.map(|v| format!("{ws} \":\" {ws} {v} {ws}"))));
         }
         let other = self.other_members(o, path, &props, &patterns, additional.as_ref())?;
         // Tracked members: every one for small objects, else the required ones (some).
@@ -117,7 +113,10 @@ impl Conv<'_> {
                 format!("more than {MAX_TRACKED_REQUIRED} required members: the grammar tracks the first {MAX_TRACKED_REQUIRED}; the finished text is validated"),
             );
         }
-        let mut others: Vec<String> = untracked.into_iter().map(|(_, kv)| kv).collect();
+        let mut others: Vec<String> = Vec::new();
+        if !untracked.is_empty() {
+            others.push(self.names_factored(path, untracked));
+        }
         others.extend(other);
         let other = match others.len() {
             0 => None,
@@ -131,7 +130,10 @@ impl Conv<'_> {
             .fold(0, |m, (i, _)| m | 1 << i);
         let kv_rules: Vec<String> = tracked
             .iter()
-            .map(|(n, kv)| self.add_rule(&format!("{path}-{n}-kv"), kv.clone()))
+            .map(|(n, rest)| {
+                let key = lit(&Value::String(n.clone()).to_string());
+                self.add_rule(&format!("{path}-{n}-kv"), format!("{key} {rest}"))
+            })
             .collect();
         let first = self.members(path, &kv_rules, other.as_deref(), must);
         let body = format!("\"{{\" {ws} {first} \"}}\"");
@@ -179,6 +181,57 @@ impl Conv<'_> {
             first.push("\"\"".to_string());
         }
         format!("( {} )", first.join(" | "))
+    }
+
+    /// The members `"name" rest` of `members` as alternatives factored by the names'
+    /// common prefixes (a radix tree of the JSON-quoted names, one rule per branching):
+    /// the same language as one alternative per member, but a key's states hold one stack
+    /// per next character instead of one per name that could still follow. Large objects
+    /// (GitHub's repository has some 90 members) made 100-stack states at every key.
+    fn names_factored(&mut self, path: &str, members: Vec<(String, String)>) -> String {
+        // The quoted names, sorted: the members of a subtree are then a range, and the
+        // common prefix of a range is that of its first and last. No quoted name is a
+        // prefix of another (only the last quote is unescaped), so every range of two or
+        // more branches before the end of each name.
+        let mut entries: Vec<(Vec<char>, String)> = members
+            .into_iter()
+            .map(|(n, rest)| (Value::String(n).to_string().chars().collect(), rest))
+            .collect();
+        entries.sort_unstable();
+        let text = |e: &(Vec<char>, String), from: usize, to: usize| -> String {
+            lit(&e.0[from..to].iter().collect::<String>())
+        };
+        // (rule to write, its range of entries, characters already read); the root's
+        // alternatives are returned instead of written.
+        let mut work = vec![(None, 0, entries.len(), 0)];
+        let mut root = String::new();
+        while let Some((rule, lo, hi, at)) = work.pop() {
+            let mut alts = Vec::new();
+            let mut g = lo;
+            while g < hi {
+                let c = entries[g].0[at];
+                let end = (g..hi).find(|&i| entries[i].0[at] != c).unwrap_or(hi);
+                let e = &entries[g];
+                if end - g == 1 {
+                    alts.push(format!("{} {}", text(e, at, e.0.len()), e.1));
+                } else {
+                    let last = &entries[end - 1].0;
+                    let common = (at..)
+                        .take_while(|&i| e.0.get(i).is_some_and(|x| last.get(i) == Some(x)))
+                        .count();
+                    let name = self.fresh_name(&format!("{path}-names"));
+                    alts.push(format!("{} {name}", text(e, at, at + common)));
+                    work.push((Some(name), g, end, at + common));
+                }
+                g = end;
+            }
+            let body = alts.join(" | ");
+            match rule {
+                Some(name) => self.push_rule(name, body),
+                None => root = body,
+            }
+        }
+        root
     }
 
     /// The member rule for names not declared: additional properties, pattern properties

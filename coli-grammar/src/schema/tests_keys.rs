@@ -1,5 +1,6 @@
-//! The rules of keys outside an object's declared names: the language, against set
-//! membership, and the sharing of the trie's nodes.
+//! The rules of an object's keys (declared names factored by their prefixes, the keys
+//! outside them as a trie): the language, against set membership, and the sharing of the
+//! trie's nodes.
 use super::tests::{accepts, compiled};
 use super::*;
 use crate::Matcher;
@@ -19,11 +20,13 @@ fn object_of(names: &[String]) -> Value {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
 
-    /// Names over a three-letter alphabet (so they share prefixes and suffixes) and keys
-    /// over the same letters and one non-ASCII one.
+    /// Names over three letters and a quote (so they share prefixes and suffixes, and
+    /// some are spelled with an escape), keys over the same letters and one non-ASCII one.
+    /// Up to five names are tracked one by one; more are the alternatives of one rule,
+    /// factored by their prefixes.
     #[test]
     fn undeclared_keys_are_exactly_the_names_not_declared(
-        names in proptest::collection::vec("[ab_]{1,5}", 1..8),
+        names in proptest::collection::vec("[ab_\"]{1,5}", 1..14),
         keys in proptest::collection::vec("[ab_é]{0,6}", 1..12),
     ) {
         let c = compiled(&object_of(&names));
@@ -53,4 +56,29 @@ fn names_that_share_a_suffix_share_its_rules() {
         r#"{"d_url":"s","a_ur":"s","a_url":1}"#
     ));
     assert!(!accepts(object_of(&names), r#"{"c_url":"s"}"#));
+}
+
+#[test]
+fn many_declared_names_are_one_stack_per_next_character() {
+    // Eight names (past the five tracked one by one), four first letters, no other
+    // members: after the opening quote, one stack per letter instead of one per name.
+    let props: serde_json::Map<String, Value> = ["aa", "ab", "ac", "ba", "bb", "ca", "cb", "d"]
+        .iter()
+        .map(|n| (n.to_string(), json!({"type": "integer"})))
+        .collect();
+    let s = json!({"type": "object", "properties": props, "additionalProperties": false});
+    let c = compiled(&s);
+    let mut m = c.matcher();
+    assert!(m.accept_bytes(b"{\""));
+    assert_eq!(m.state().0.len(), 4, "{:?}", m.state());
+    for (k, declared) in [
+        ("aa", true),
+        ("cb", true),
+        ("d", true),
+        ("c", false),
+        ("dd", false),
+    ] {
+        let text = format!("{{\"{k}\":1}}");
+        assert_eq!(Matcher::matches(&c, &text), declared, "{text}");
+    }
 }
