@@ -37,8 +37,11 @@ impl Conv<'_> {
                 Value::Object(o) => o,
                 _ => return err(path, "allOf", "a part is not a schema"),
             };
-            // Expand the part's own $ref and allOf first.
-            let po = if po.contains_key("$ref") || po.contains_key("allOf") {
+            // Expand the part's own $ref and allOf first (a part without them is read in
+            // place: cloning it whole, a resolved definition at every level of a nested
+            // merge, was most of a large schema's compile).
+            let expanded;
+            let po: &Map<String, Value> = if po.contains_key("$ref") || po.contains_key("allOf") {
                 let mut rest = po.clone();
                 let mut list = Vec::new();
                 let mut expanding = None;
@@ -69,34 +72,36 @@ impl Conv<'_> {
                 if pushed {
                     self.merging.pop();
                 }
-                match merged? {
+                expanded = match merged? {
                     Value::Object(m) => m,
                     _ => unreachable!("merge returns objects"),
-                }
+                };
+                &expanded
             } else {
-                po.clone()
+                po
             };
             for (k, v) in po {
-                if kind(&k) == Kind::Annotation || kind(&k) == Kind::Unknown {
-                    if kind(&k) == Kind::Unknown {
-                        self.warn(path, &k, "unknown keyword ignored");
+                if kind(k) == Kind::Annotation || kind(k) == Kind::Unknown {
+                    if kind(k) == Kind::Unknown {
+                        self.warn(path, k, "unknown keyword ignored");
                     }
                     continue;
                 }
-                let Some(prev) = out.get(&k).cloned() else {
-                    out.insert(k, v);
-                    continue;
+                let merged = match out.get(k) {
+                    None => {
+                        out.insert(k.clone(), v.clone());
+                        continue;
+                    }
+                    Some(prev) if prev == v => continue,
+                    Some(prev) => merge_keyword(k, prev, v, path)?,
                 };
-                if prev == v {
-                    continue;
-                }
-                match merge_keyword(&k, &prev, &v, path)? {
+                match merged {
                     Some(m) => {
-                        out.insert(k, m);
+                        out.insert(k.clone(), m);
                     }
                     None => self.relax(
                         path,
-                        &k,
+                        k,
                         "allOf parts disagree on this keyword: the grammar keeps the first, the finished text is validated",
                     ),
                 }
