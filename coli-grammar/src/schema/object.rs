@@ -358,15 +358,14 @@ impl Conv<'_> {
         // `shared_rule`: nodes with the same subtree (suffixes such as `_url` after many
         // names, the leaves) get one rule, so the rules are the trie's minimal automaton.
         let mut rule_of = vec![String::new(); nodes.len()];
-        for (i, node) in nodes.iter().enumerate().rev() {
+        for (i, node) in nodes.iter_mut().enumerate().rev() {
             let mut alts = Vec::new();
             if !node.end {
                 alts.push("\"\"".to_string());
             }
             let mut excluded: Vec<(u32, u32)> = vec![(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)];
-            let mut kids = node.kids.clone();
-            kids.sort_unstable();
-            for (c, kid) in &kids {
+            node.kids.sort_unstable();
+            for (c, kid) in &node.kids {
                 excluded.push((*c as u32, *c as u32));
                 alts.push(format!("{} {}", lit(&c.to_string()), rule_of[*kid]));
             }
