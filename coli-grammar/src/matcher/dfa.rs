@@ -9,11 +9,21 @@ pub(super) struct Fx(u64);
 
 impl Hasher for Fx {
     fn finish(&self) -> u64 {
-        self.0
+        // The product's well-mixed middle bits brought down to the low bits the tables'
+        // buckets are chosen by.
+        self.0.rotate_left(26)
     }
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
+        // Eight bytes per round (a slice of frame ids is hashed as its bytes).
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_le_bytes(c.try_into().expect("eight bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut last = [0u8; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            self.write_u64(u64::from_le_bytes(last) ^ (rest.len() as u64) << 60);
         }
     }
     fn write_u32(&mut self, v: u32) {
@@ -28,6 +38,35 @@ impl Hasher for Fx {
 }
 
 pub(super) type BuildFx = BuildHasherDefault<Fx>;
+
+/// A hasher for one `u128` key (a frame's position and parent packed): one folded
+/// multiply of its halves, which mixes every input bit into the low bits the table's
+/// buckets are chosen by (other writes go through [`Fx`]).
+#[derive(Default)]
+pub(super) struct Fold(Fx);
+
+impl Hasher for Fold {
+    fn finish(&self) -> u64 {
+        self.0.finish()
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.write(bytes);
+    }
+    fn write_u128(&mut self, v: u128) {
+        let (lo, hi) = (
+            v as u64 ^ 0x243f_6a88_85a3_08d3,
+            (v >> 64) as u64 ^ 0x1319_8a2e_0370_7344,
+        );
+        let m = lo as u128 * hi as u128;
+        self.0 .0 = m as u64 ^ (m >> 64) as u64;
+    }
+}
+
+/// A frame's key in the index: its position and parent, packed.
+#[inline]
+fn frame_key((r, a, i): Pos, parent: u32) -> u128 {
+    r as u128 | (a as u128) << 32 | (i as u128) << 64 | (parent as u128) << 96
+}
 
 /// Bytes of an unfinished UTF-8 character (a lead byte and up to two more).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -54,7 +93,7 @@ pub(super) struct Dfa {
     pub(super) states: Vec<Vec<u32>>,
     /// Stack frames, hash-consed: (position, parent frame or `NIL`, depth).
     pub(super) frames: Vec<(Pos, u32, u32)>,
-    pub(super) frame_index: HashMap<(Pos, u32), u32, BuildFx>,
+    pub(super) frame_index: HashMap<u128, u32, BuildHasherDefault<Fold>>,
     /// State hash → ids of the states with that hash.
     pub(super) index: HashMap<u64, Vec<u32>, BuildFx>,
     /// `states.len() * 256` byte transitions: ASCII to a state, lead bytes to an
@@ -409,7 +448,8 @@ impl Dfa {
 
     /// The frame (`pos` on top of `parent`).
     pub(super) fn frame(&mut self, pos: Pos, parent: u32) -> u32 {
-        if let Some(&f) = self.frame_index.get(&(pos, parent)) {
+        let key = frame_key(pos, parent);
+        if let Some(&f) = self.frame_index.get(&key) {
             return f;
         }
         let depth = if parent == NIL || is_hole(parent) {
@@ -421,7 +461,7 @@ impl Dfa {
         self.frames.push((pos, parent, depth));
         self.seen.grow();
         self.rebuilt.grow();
-        self.frame_index.insert((pos, parent), f);
+        self.frame_index.insert(key, f);
         f
     }
 

@@ -342,25 +342,30 @@ impl Stepper<'_> {
         }
         used.sort_unstable();
         used.dedup();
-        let (rel, anchors) = if used.len() > 1 {
-            self.dfa.rebuilt.clear();
-            let mut rel: Vec<u32> = Vec::with_capacity(out.len());
-            for &t in out {
-                let top = self.dfa.rebuild(
-                    t,
-                    |_, g| is_hole(g),
-                    |_, g| HOLE | used.binary_search(&(g & !HOLE)).expect("a used hole") as u32,
-                );
-                rel.push(top);
-            }
-            rel.sort_unstable();
-            rel.dedup();
-            (rel, used.iter().map(|&k| HOLE | k).collect())
-        } else {
-            self.dfa
-                .anchored(out)
-                .expect("stacks over a hole have an anchor")
-        };
+        let (rel, anchors) =
+            if used.len() > 1 && used.iter().enumerate().all(|(i, &k)| i as u32 == k) {
+                // Every hole still used: numbered as they were, so the stacks are already in
+                // their form (a rebuild would give the same frames back).
+                (out.to_vec(), used.iter().map(|&k| HOLE | k).collect())
+            } else if used.len() > 1 {
+                self.dfa.rebuilt.clear();
+                let mut rel: Vec<u32> = Vec::with_capacity(out.len());
+                for &t in out {
+                    let top = self.dfa.rebuild(
+                        t,
+                        |_, g| is_hole(g),
+                        |_, g| HOLE | used.binary_search(&(g & !HOLE)).expect("a used hole") as u32,
+                    );
+                    rel.push(top);
+                }
+                rel.sort_unstable();
+                rel.dedup();
+                (rel, used.iter().map(|&k| HOLE | k).collect())
+            } else {
+                self.dfa
+                    .anchored(out)
+                    .expect("stacks over a hole have an anchor")
+            };
         let rel = self.dfa.intern_rel(rel);
         let id = self.dfa.rel_anchors.len() as u32;
         self.dfa.rel_anchors.push(anchors);
