@@ -94,8 +94,10 @@ pub(super) struct Dfa {
     /// Stack frames, hash-consed: (position, parent frame or `NIL`, depth).
     pub(super) frames: Vec<(Pos, u32, u32)>,
     pub(super) frame_index: HashMap<u128, u32, BuildHasherDefault<Fold>>,
-    /// State hash → ids of the states with that hash.
+    /// State hash → ids of the concrete states with that hash; (relative stacks <<
+    /// 32 | anchor list) → the relative state (its tops are its relative stacks').
     pub(super) index: HashMap<u64, Vec<u32>, BuildFx>,
+    pub(super) rel_states: HashMap<u64, u32, BuildFx>,
     /// `states.len() * 256` byte transitions: ASCII to a state, lead bytes to an
     /// unfinished-character node.
     pub(super) trans: Vec<u32>,
@@ -345,6 +347,7 @@ impl Dfa {
             frames,
             frame_index,
             index,
+            rel_states,
             trans,
             chars,
             pnodes,
@@ -392,6 +395,7 @@ impl Dfa {
         frames.clear();
         frame_index.clear();
         index.clear();
+        rel_states.clear();
         trans.clear();
         chars.clear();
         pnodes.clear();
@@ -500,28 +504,33 @@ impl Dfa {
         out
     }
 
-    /// The state of `d` (tops of its stacks, sorted) under anchor list `a` (`NONE`: the
-    /// tops are concrete) with relative stacks `rel`.
-    pub(super) fn intern_with(&mut self, d: &[u32], rel: u32, a: u32) -> u32 {
+    /// The concrete state of tops `d` (sorted).
+    pub(super) fn intern_concrete(&mut self, d: &[u32]) -> u32 {
         let h = {
             let mut f = Fx(0);
             d.hash(&mut f);
-            a.hash(&mut f);
             f.finish()
         };
         if let Some(ids) = self.index.get(&h) {
             if let Some(&i) = ids
                 .iter()
-                .find(|&&i| self.anchors[i as usize] == a && self.states[i as usize] == d)
+                .find(|&&i| self.anchors[i as usize] == NONE && self.states[i as usize] == d)
             {
                 return i;
             }
         }
+        let i = self.push_state(d, NONE, NONE);
+        self.index.entry(h).or_default().push(i);
+        i
+    }
+
+    /// A new state: tops `d` under anchor list `a` with relative stacks `rel`, and its
+    /// rows of transitions and shortcut answers, all unknown.
+    pub(super) fn push_state(&mut self, d: &[u32], rel: u32, a: u32) -> u32 {
         let i = self.states.len() as u32;
         self.states.push(d.to_vec());
         self.anchors.push(a);
         self.rel_of.push(rel);
-        self.index.entry(h).or_default().push(i);
         self.trans.extend(std::iter::repeat_n(UNKNOWN, ROW));
         self.forced.push(UNKNOWN);
         self.non_ascii.push(UNKNOWN);

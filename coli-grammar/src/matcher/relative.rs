@@ -47,15 +47,22 @@ impl Dfa {
                 let r = self.intern_rel(rel);
                 self.intern_relative(r, a)
             }
-            None => self.intern_with(tops, NONE, NONE),
+            None => self.intern_concrete(tops),
         }
     }
 
     /// The state of relative stacks `r` under anchor list `a`.
     pub(super) fn intern_relative(&mut self, r: u32, a: u32) -> u32 {
+        // Relative stacks are interned, so the pair names the state without its tops
+        // hashed or compared.
+        let key = (r as u64) << 32 | a as u64;
+        if let Some(&id) = self.rel_states.get(&key) {
+            return id;
+        }
         let d = std::mem::take(&mut self.rel_tops[r as usize]);
-        let id = self.intern_with(&d, r, a);
+        let id = self.push_state(&d, r, a);
         self.rel_tops[r as usize] = d;
+        self.rel_states.insert(key, id);
         id
     }
 

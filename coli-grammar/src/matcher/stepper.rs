@@ -380,8 +380,7 @@ impl Stepper<'_> {
                 Uniform::Dead => return DEAD,
                 Uniform::To(_) => {
                     // A lead byte (not a continuation, not C0/C1/F5..).
-                    let lead =
-                        matches!(std::str::from_utf8(&[b]), Err(e) if e.error_len().is_none());
+                    let lead = utf8_start(&[b]) == Utf8::Begun;
                     return if lead { LOOSE_LEAD } else { DEAD };
                 }
                 Uniform::No => {}
@@ -445,12 +444,57 @@ fn step_loose(cur: Cursor, b: u8) -> Option<Cursor> {
     let mut buf = [0u8; 4];
     buf[..n].copy_from_slice(p.as_slice());
     buf[n] = b;
-    match std::str::from_utf8(&buf[..=n]) {
-        Ok(_) => Some(cur & 0xFFFF_FFFF),
-        Err(e) if e.error_len().is_none() && n < 3 => {
+    match utf8_start(&buf[..=n]) {
+        Utf8::Whole => Some(cur & 0xFFFF_FFFF),
+        Utf8::Begun => {
             let len = (n as Cursor + 1) << 56;
             Some(cur & !(3 << 56) | (b as Cursor) << (32 + 8 * n) | len)
         }
-        Err(_) => None,
+        Utf8::Invalid => None,
+    }
+}
+
+/// What one to four bytes are at the start of UTF-8 text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Utf8 {
+    /// One whole character.
+    Whole,
+    /// The beginning of a character, which more bytes can finish.
+    Begun,
+    /// Neither: no valid text starts so, or it holds more than one character.
+    Invalid,
+}
+
+/// Judges `b` (one to four bytes) as `std::str::from_utf8` would, from the table of
+/// well-formed sequences (Unicode 15, table 3-7) instead of a general decoder: a cursor
+/// inside a character asks this of every byte a mask walks.
+pub(super) fn utf8_start(b: &[u8]) -> Utf8 {
+    let (len, lo, hi) = match b[0] {
+        0x00..=0x7F => {
+            return if b.len() == 1 {
+                Utf8::Whole
+            } else {
+                Utf8::Invalid
+            }
+        }
+        0xC2..=0xDF => (2, 0x80, 0xBF),
+        0xE0 => (3, 0xA0, 0xBF),
+        0xE1..=0xEC | 0xEE..=0xEF => (3, 0x80, 0xBF),
+        0xED => (3, 0x80, 0x9F),
+        0xF0 => (4, 0x90, 0xBF),
+        0xF1..=0xF3 => (4, 0x80, 0xBF),
+        0xF4 => (4, 0x80, 0x8F),
+        _ => return Utf8::Invalid,
+    };
+    if b.len() > len
+        || b.len() > 1 && !(lo..=hi).contains(&b[1])
+        || b.iter().skip(2).any(|&c| !(0x80..=0xBF).contains(&c))
+    {
+        return Utf8::Invalid;
+    }
+    if b.len() == len {
+        Utf8::Whole
+    } else {
+        Utf8::Begun
     }
 }

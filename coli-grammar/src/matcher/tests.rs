@@ -490,3 +490,44 @@ fn an_emptied_automaton_equals_a_new_one() {
     d.empty();
     assert_eq!(format!("{d:?}"), format!("{:?}", Dfa::default()));
 }
+
+/// `std::str::from_utf8`'s judgement of one to four bytes as the start of a text: the
+/// reference of [`utf8_start`].
+fn std_utf8_start(b: &[u8]) -> stepper::Utf8 {
+    use stepper::Utf8;
+    match std::str::from_utf8(b) {
+        Ok(s) if s.chars().count() == 1 => Utf8::Whole,
+        Err(e) if e.error_len().is_none() && e.valid_up_to() == 0 => Utf8::Begun,
+        _ => Utf8::Invalid,
+    }
+}
+
+#[test]
+fn utf8_starts_are_judged_as_the_standard_library_does() {
+    // Every sequence of one to three bytes; four bytes with the last two at the edges of
+    // the continuation range and beyond.
+    let mut b = [0u8; 4];
+    for x in 0..=255u8 {
+        b[0] = x;
+        assert_eq!(
+            stepper::utf8_start(&b[..1]),
+            std_utf8_start(&b[..1]),
+            "{x:02x}"
+        );
+        for y in 0..=255u8 {
+            b[1] = y;
+            assert_eq!(stepper::utf8_start(&b[..2]), std_utf8_start(&b[..2]));
+            for z in 0..=255u8 {
+                b[2] = z;
+                assert_eq!(stepper::utf8_start(&b[..3]), std_utf8_start(&b[..3]));
+            }
+            for z in [0x00, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xFF] {
+                b[2] = z;
+                for w in [0x00, 0x7F, 0x80, 0xBF, 0xC0, 0xFF] {
+                    b[3] = w;
+                    assert_eq!(stepper::utf8_start(&b), std_utf8_start(&b), "{b:02x?}");
+                }
+            }
+        }
+    }
+}
