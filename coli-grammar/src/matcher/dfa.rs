@@ -452,21 +452,23 @@ impl Dfa {
 
     /// The frame (`pos` on top of `parent`).
     pub(super) fn frame(&mut self, pos: Pos, parent: u32) -> u32 {
-        let key = frame_key(pos, parent);
-        if let Some(&f) = self.frame_index.get(&key) {
-            return f;
+        // One hash and probe, whether the frame is new or not.
+        match self.frame_index.entry(frame_key(pos, parent)) {
+            std::collections::hash_map::Entry::Occupied(e) => *e.get(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let depth = if parent == NIL || is_hole(parent) {
+                    1
+                } else {
+                    self.frames[parent as usize].2 + 1
+                };
+                let f = self.frames.len() as u32;
+                self.frames.push((pos, parent, depth));
+                self.seen.grow();
+                self.rebuilt.grow();
+                v.insert(f);
+                f
+            }
         }
-        let depth = if parent == NIL || is_hole(parent) {
-            1
-        } else {
-            self.frames[parent as usize].2 + 1
-        };
-        let f = self.frames.len() as u32;
-        self.frames.push((pos, parent, depth));
-        self.seen.grow();
-        self.rebuilt.grow();
-        self.frame_index.insert(key, f);
-        f
     }
 
     /// The state of materialized stacks.

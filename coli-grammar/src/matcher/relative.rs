@@ -68,30 +68,37 @@ impl Dfa {
 
     /// The id of an anchor list.
     pub(super) fn intern_anchors(&mut self, anchors: Vec<u32>) -> u32 {
-        if let Some(&a) = self.anchor_index.get(&anchors) {
-            return a;
+        // One hash of the list, whether it is new or not.
+        match self.anchor_index.entry(anchors) {
+            std::collections::hash_map::Entry::Occupied(e) => *e.get(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let a = self.anchor_lists.len() as u32;
+                let depth = v
+                    .key()
+                    .iter()
+                    .map(|&f| self.frames[f as usize].2)
+                    .max()
+                    .unwrap_or(0);
+                self.anchor_depth.push(depth);
+                self.anchor_lists.push(v.key().clone());
+                v.insert(a);
+                a
+            }
         }
-        let a = self.anchor_lists.len() as u32;
-        let depth = anchors
-            .iter()
-            .map(|&f| self.frames[f as usize].2)
-            .max()
-            .unwrap_or(0);
-        self.anchor_depth.push(depth);
-        self.anchor_lists.push(anchors.clone());
-        self.anchor_index.insert(anchors, a);
-        a
     }
 
     /// The id of relative stacks (tops over holes, sorted).
     pub(super) fn intern_rel(&mut self, tops: Vec<u32>) -> u32 {
-        if let Some(&r) = self.rel_index.get(&tops) {
-            return r;
+        // One hash of the tops, whether they are new or not.
+        match self.rel_index.entry(tops) {
+            std::collections::hash_map::Entry::Occupied(e) => *e.get(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let r = self.rel_tops.len() as u32;
+                self.rel_tops.push(v.key().clone());
+                v.insert(r);
+                r
+            }
         }
-        let r = self.rel_tops.len() as u32;
-        self.rel_tops.push(tops.clone());
-        self.rel_index.insert(tops, r);
-        r
     }
 
     /// Frame `f`'s stack rebuilt on another base: its frames down to (not including) the
