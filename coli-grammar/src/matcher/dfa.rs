@@ -98,7 +98,7 @@ pub(super) struct Dfa {
     /// 32 | anchor list) → the relative state (its tops are its relative stacks').
     pub(super) index: HashMap<u64, Vec<u32>, BuildFx>,
     pub(super) rel_states: HashMap<u64, u32, BuildFx>,
-    /// `states.len() * 256` byte transitions: ASCII to a state, lead bytes to an
+    /// `states.len() * ROW` byte transitions: ASCII to a state, lead bytes to an
     /// unfinished-character node.
     pub(super) trans: Vec<u32>,
     /// (state << 32 | character) → state or `DEAD`, for non-ASCII characters.
@@ -155,8 +155,11 @@ pub(super) struct Dfa {
     pub(super) rel_anchors: Vec<Vec<u32>>,
     pub(super) concretized: HashMap<(u32, u32), u32, BuildFx>,
     /// Per relative stacks: their ASCII groups ([`Stepper::fill_ascii`]), an index of
-    /// `patterns` (each character's group and the count), `NONE` past 64 sets.
-    pub(super) ascii_groups: HashMap<u32, u32, BuildFx>,
+    /// `patterns` (each character's group and the count), `NONE` past 64 sets,
+    /// `UNKNOWN` not sorted yet (indexed by relative stacks).
+    pub(super) ascii_groups: Vec<u32>,
+    /// Per relative stacks: how many holes they rest on.
+    pub(super) rel_holes: Vec<u32>,
     pub(super) patterns: Vec<([u8; 128], u32)>,
     /// (anchor list, relative step's anchors) → the anchor list after the step.
     pub(super) anchor_steps: HashMap<(u32, u32), u32, BuildFx>,
@@ -377,6 +380,7 @@ impl Dfa {
             rel_anchors,
             concretized,
             ascii_groups,
+            rel_holes,
             patterns,
             anchor_steps,
             rebuilt,
@@ -425,6 +429,7 @@ impl Dfa {
         rel_anchors.clear();
         concretized.clear();
         ascii_groups.clear();
+        rel_holes.clear();
         patterns.clear();
         anchor_steps.clear();
         rebuilt.empty();

@@ -21,6 +21,14 @@ pub(super) const HOLE: u32 = 1 << 31;
 /// No anchor list, no relative stacks: the state's tops are concrete frames.
 pub(super) const NONE: u32 = u32::MAX;
 
+/// The hole frame `f` rests on, or `None` for a concrete frame.
+fn hole_of(frames: &[(Pos, u32, u32)], mut f: u32) -> Option<u32> {
+    while f != NIL && !is_hole(f) {
+        f = frames[f as usize].1;
+    }
+    (f != NIL).then_some(f & !HOLE)
+}
+
 /// Whether a frame's parent is a hole.
 pub(super) fn is_hole(f: u32) -> bool {
     f != NIL && f & HOLE != 0
@@ -35,7 +43,13 @@ pub(super) enum RelStep {
     Dead,
     /// To relative stacks `rel` over the anchors `rel_anchors[anchors]` (old holes or
     /// frames above them); the deepest frame looked at was `depth` above its hole.
-    To { rel: u32, anchors: u32, depth: u32 },
+    To {
+        rel: u32,
+        anchors: u32,
+        depth: u32,
+        /// The anchors are the old ones, each in its place: the anchor list stays.
+        keeps: bool,
+    },
 }
 
 impl Dfa {
@@ -94,6 +108,13 @@ impl Dfa {
             std::collections::hash_map::Entry::Occupied(e) => *e.get(),
             std::collections::hash_map::Entry::Vacant(v) => {
                 let r = self.rel_tops.len() as u32;
+                self.ascii_groups.push(UNKNOWN);
+                let holes = v
+                    .key()
+                    .iter()
+                    .filter_map(|&t| hole_of(&self.frames, t))
+                    .max();
+                self.rel_holes.push(holes.map_or(0, |k| k + 1));
                 self.rel_tops.push(v.key().clone());
                 v.insert(r);
                 r
@@ -263,11 +284,8 @@ impl Dfa {
     }
 
     /// The hole a relative frame rests on, or `None` for a concrete one.
-    fn hole_of(&self, mut f: u32) -> Option<u32> {
-        while f != NIL && !is_hole(f) {
-            f = self.parent_of(f);
-        }
-        (f != NIL).then_some(f & !HOLE)
+    fn hole_of(&self, f: u32) -> Option<u32> {
+        hole_of(&self.frames, f)
     }
 }
 
@@ -294,24 +312,30 @@ impl Stepper<'_> {
                 rel,
                 anchors,
                 depth,
+                keeps,
             } => {
                 let a = self.dfa.anchors[s as usize];
                 if (self.dfa.anchor_depth[a as usize] + depth) as usize > MAX_STACK {
                     return None;
                 }
-                let next = match self.dfa.anchor_steps.get(&(a, anchors)) {
-                    Some(&next) => next,
-                    None => {
-                        let n = self.dfa.rel_anchors[anchors as usize].len();
-                        let list: Vec<u32> = (0..n)
-                            .map(|i| {
-                                let f = self.dfa.rel_anchors[anchors as usize][i];
-                                self.dfa.concretize(f, a)
-                            })
-                            .collect();
-                        let next = self.dfa.intern_anchors(list);
-                        self.dfa.anchor_steps.insert((a, anchors), next);
-                        next
+                let next = if keeps {
+                    // Each hole still its own anchor: the list is the state's.
+                    a
+                } else {
+                    match self.dfa.anchor_steps.get(&(a, anchors)) {
+                        Some(&next) => next,
+                        None => {
+                            let n = self.dfa.rel_anchors[anchors as usize].len();
+                            let list: Vec<u32> = (0..n)
+                                .map(|i| {
+                                    let f = self.dfa.rel_anchors[anchors as usize][i];
+                                    self.dfa.concretize(f, a)
+                                })
+                                .collect();
+                            let next = self.dfa.intern_anchors(list);
+                            self.dfa.anchor_steps.insert((a, anchors), next);
+                            next
+                        }
                     }
                 };
                 Some(self.dfa.intern_relative(rel, next))
@@ -330,8 +354,15 @@ impl Stepper<'_> {
         let mut out = std::mem::take(&mut self.dfa.rel_out);
         let any = self.advance(&src, c, &mut out);
         self.dfa.rel_tops[r as usize] = src;
-        let step = self.rel_step_of(any, &out);
+        let mut step = self.rel_step_of(any, &out);
         self.dfa.rel_out = out;
+        if let RelStep::To { anchors, keeps, .. } = &mut step {
+            let list = &self.dfa.rel_anchors[*anchors as usize];
+            // Only a full list in order: a shorter one names fewer anchors (the same
+            // stacks, but not the one form of their state).
+            *keeps = list.len() == self.dfa.rel_holes[r as usize] as usize
+                && list.iter().enumerate().all(|(i, &f)| f == HOLE | i as u32);
+        }
         step
     }
 
@@ -387,6 +418,7 @@ impl Stepper<'_> {
             rel,
             anchors: id,
             depth: self.dfa.max_depth,
+            keeps: false,
         }
     }
 }

@@ -71,7 +71,7 @@ impl Stepper<'_> {
         let known = if r == NONE {
             None
         } else {
-            self.dfa.ascii_groups.get(&r).copied()
+            Some(self.dfa.ascii_groups[r as usize]).filter(|&p| p != UNKNOWN)
         };
         let p = match known {
             Some(p) => p,
@@ -84,7 +84,7 @@ impl Stepper<'_> {
                     None => NONE,
                 };
                 if r != NONE {
-                    self.dfa.ascii_groups.insert(r, p);
+                    self.dfa.ascii_groups[r as usize] = p;
                 }
                 p
             }
