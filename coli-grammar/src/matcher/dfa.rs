@@ -203,9 +203,10 @@ pub(super) fn slot(s: u32, b: u8) -> usize {
 const TABLE_CAP: usize = (MAX_DFA_STATES + 1024) * ROW;
 
 /// Dropped automata (at most two), emptied, kept for the next one: their byte table's
-/// pages stay in memory and their maps and lists keep their room, so a new automaton
-/// neither faults pages in nor grows its maps step by step while it builds its first
-/// states (memory held: up to what the automaton dropped had reached).
+/// pages stay in memory, their lists keep their room and their maps room for up to
+/// [`SPARE_MAP_ROOM`] entries, so a new automaton neither faults pages in nor grows its
+/// maps step by step while it builds its first states (memory held: up to what the
+/// automaton dropped had reached).
 static SPARE: Mutex<Vec<Dfa>> = Mutex::new(Vec::new());
 
 impl Drop for Dfa {
@@ -324,6 +325,17 @@ pub(super) enum Work {
     },
 }
 
+/// Entries a map of a spare automaton keeps room for: a map grown for a large grammar
+/// and kept at that size would spread a small automaton's entries over megabytes, each
+/// probe a cache miss.
+pub(super) const SPARE_MAP_ROOM: usize = 4096;
+
+/// Empties map `m`, keeping room for at most [`SPARE_MAP_ROOM`] entries.
+fn room<K: Eq + Hash, V, S: std::hash::BuildHasher>(m: &mut HashMap<K, V, S>) {
+    m.clear();
+    m.shrink_to(SPARE_MAP_ROOM);
+}
+
 impl Dfa {
     /// An empty automaton whose byte table has its room reserved up to the bound at
     /// which the automaton starts afresh: address space only (pages are touched as the
@@ -342,8 +354,9 @@ impl Dfa {
         d
     }
 
-    /// Empties the automaton, keeping the room of its tables, maps and lists. Every field
-    /// is named, so a field added later cannot be forgotten here.
+    /// Empties the automaton, keeping the room of its tables and lists, and of its maps
+    /// up to [`SPARE_MAP_ROOM`] entries. Every field is named, so a field added later
+    /// cannot be forgotten here.
     pub(super) fn empty(&mut self) {
         let Dfa {
             states,
@@ -397,18 +410,18 @@ impl Dfa {
         } = self;
         states.clear();
         frames.clear();
-        frame_index.clear();
-        index.clear();
-        rel_states.clear();
+        room(frame_index);
+        room(index);
+        room(rel_states);
         trans.clear();
-        chars.clear();
+        room(chars);
         pnodes.clear();
         groups.clear();
-        except.clear();
-        apart.clear();
-        alive.clear();
+        room(except);
+        room(apart);
+        room(alive);
         pnext.clear();
-        pindex.clear();
+        room(pindex);
         forced.clear();
         uniform.clear();
         non_ascii.clear();
@@ -422,16 +435,16 @@ impl Dfa {
         rel_of.clear();
         anchor_lists.clear();
         anchor_depth.clear();
-        anchor_index.clear();
+        room(anchor_index);
         rel_tops.clear();
-        rel_index.clear();
-        rel_steps.clear();
+        room(rel_index);
+        room(rel_steps);
         rel_anchors.clear();
-        concretized.clear();
+        room(concretized);
         ascii_groups.clear();
         rel_holes.clear();
         patterns.clear();
-        anchor_steps.clear();
+        room(anchor_steps);
         rebuilt.empty();
         rel_out.clear();
         anchor_of.clear();

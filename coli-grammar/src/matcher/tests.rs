@@ -491,6 +491,25 @@ fn an_emptied_automaton_equals_a_new_one() {
     assert_eq!(format!("{d:?}"), format!("{:?}", Dfa::default()));
 }
 
+#[test]
+fn an_emptied_automaton_keeps_little_room_in_its_maps() {
+    // A spare automaton's maps grown for a large grammar would spread the next, small
+    // automaton's entries over megabytes (BENCHMARKS.md, issue 17).
+    let mut d = Dfa::default();
+    for i in 0..20_000u32 {
+        d.frame((i, 0, 0), NIL);
+        d.index.insert(i as u64, vec![i]);
+    }
+    assert!(d.frame_index.capacity() >= 20_000 && d.index.capacity() >= 20_000);
+    d.empty();
+    for (name, room) in [
+        ("frame_index", d.frame_index.capacity()),
+        ("index", d.index.capacity()),
+    ] {
+        assert!(room < 2 * SPARE_MAP_ROOM, "{name} kept room for {room}");
+    }
+}
+
 /// `std::str::from_utf8`'s judgement of one to four bytes as the start of a text: the
 /// reference of [`utf8_start`].
 fn std_utf8_start(b: &[u8]) -> stepper::Utf8 {
