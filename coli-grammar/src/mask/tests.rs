@@ -141,7 +141,7 @@ fn a_key_of_a_large_open_object_is_masked_without_walking_the_vocabulary() {
             "{prefix}: {n} bytes stepped, {all} walking all"
         );
     }
-    // Past its budget (128 fresh steps), the first key's walk makes no more states:
+    // Past its budget (96 fresh steps), the first key's walk makes no more states:
     // the automaton keeps under 3/5 of the states a walk that is never cold makes
     // (99 of 188 when written).
     let states = |budget: Option<usize>| {

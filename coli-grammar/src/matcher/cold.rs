@@ -18,8 +18,11 @@
 use super::*;
 
 /// Stacks stepped afresh ([`Stepper::compute`] not answered by a cached step) that one
-/// mask may spend before the rest of its walk is cold.
-pub(super) const COLD_BUDGET: usize = 128;
+/// mask may spend before the rest of its walk is cold. Measured on the real-world corpus
+/// (BENCHMARKS.md, issue 17): 128 left the first keys of GitHub's repository objects the
+/// slowest masks; 64 made the keys after them, which find fewer states made, slower
+/// still; 96 lowers the maximum between the two without changing the sum of the masks.
+pub(super) const COLD_BUDGET: usize = 96;
 
 /// Scratch of one trie node of a cold walk: the tops after each distinct set of stack
 /// tops that take a byte (a node's bytes that the same tops take lead to the same
