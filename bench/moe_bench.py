@@ -11,7 +11,8 @@ reported, not fatal).
 
     python3 bench/moe_bench.py --model DIR --gguf FILE.gguf [--rounds 5] [--threads 2]
         [--variant NAME=ENV=VAL,...:ARGS ...] [--peer-python /work/peer/venv/bin/python]
-(a variant's COLI_BIN=path runs that binary instead of --coli, to compare builds)
+(a variant's COLI_BIN=path runs that binary instead of --coli, to compare builds, and its
+COLI_MODEL=dir that model instead of --model, e.g. an FP8 twin of the int8 model)
 
 Build the model with `cargo xtask synth DIR olmoe int8` and the GGUF with
 bench/olmoe_gguf.py (see BENCHMARKING.md); warm the page cache with one untimed round
@@ -39,11 +40,14 @@ def prewarm(paths):
 
 
 def coli(args, variant, prompt, n_new):
-    prewarm(sorted(os.path.join(args.model, f) for f in os.listdir(args.model)))
+    # A variant may name its own model directory (COLI_MODEL=dir), e.g. an FP8 twin of the
+    # int8 model, so that the two are timed in the same interleaved rounds.
+    model = variant["env"].get("COLI_MODEL", args.model)
+    prewarm(sorted(os.path.join(model, f) for f in os.listdir(model)))
     env = dict(os.environ)
     env.update(variant["env"])
     # A variant may name its own binary (COLI_BIN=path), to compare builds interleaved.
-    cmd = [variant["env"].get("COLI_BIN", args.coli), "run", "--model", args.model, "--prompt-ids", ",".join(map(str, prompt)),
+    cmd = [variant["env"].get("COLI_BIN", args.coli), "run", "--model", model, "--prompt-ids", ",".join(map(str, prompt)),
            "--max-tokens", str(n_new), "--ignore-eos", "--json", "--no-usage",
            "--threads", str(args.threads)] + variant["args"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout

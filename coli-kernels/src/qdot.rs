@@ -45,14 +45,27 @@ fn nibble_lines_cover(isa: Isa, fmt: WFormat, block_cols: usize, cols: usize) ->
     }
 }
 
-/// Whether the vector FP8 loops may fold their 2^8 exponent correction into these
-/// scales: `v * (s * 2^8)` rounds like `(v * 2^8) * s` exactly when `s * 2^8` is exact,
-/// i.e. does not overflow a finite `s` (infinite and NaN scales stay what they are). Rows
-/// with a scale beyond 2^120 take the scalar path.
-fn fold_fp8_rescale(scales: &[f32]) -> bool {
+/// Whether the vector FP8 loops may fold their exponent correction `factor` (2^8 for
+/// AVX-512's route through f16, 2^120 for AVX2's straight to f32) into these scales: the
+/// loops convert a byte `v` to `v / factor` exactly, and `(v / factor) * (s * factor)`
+/// rounds like `v * s` exactly when `s * factor` is exact, i.e. does not overflow a finite
+/// `s` (infinite and NaN scales stay what they are). Rows with a scale beyond
+/// `f32::MAX / factor` take the scalar path.
+fn fold_fp8_rescale(scales: &[f32], factor: f32) -> bool {
     scales
         .iter()
-        .all(|&s| !s.is_finite() || (s * 256.0).is_finite())
+        .all(|&s| !s.is_finite() || (s * factor).is_finite())
+}
+
+/// The exponent correction the vector FP8 loop of `isa` folds into the scales.
+fn fp8_rescale(isa: Isa) -> f32 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => x86::F16_RESCALE,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86::F32_RESCALE,
+        _ => 1.0,
+    }
 }
 
 /// Whether FP8 e4m3 bytes hold a NaN encoding (`S.1111.111`): `(b & 0x7F) + 1` reaches
@@ -126,7 +139,9 @@ pub fn dot_rows_scaled<const R: usize>(
             "dot: one scale per block"
         );
     }
-    let isa = if fmt == WFormat::F8E4M3 && !scales.iter().all(|s| fold_fp8_rescale(s)) {
+    let isa = if fmt == WFormat::F8E4M3
+        && !scales.iter().all(|s| fold_fp8_rescale(s, fp8_rescale(isa)))
+    {
         Isa::Scalar
     } else {
         isa
@@ -512,15 +527,31 @@ mod x86 {
         )
     }
 
-    /// Sixteen e4m3 bytes as two halves of eight f32s, divided by 2^8 (exact).
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn e4m3x8x2<const NAN: bool>(p: *const u8) -> (__m256, __m256) {
-        let h = e4m3_as_f16x16::<NAN>(_mm_loadu_si128(p.cast()));
-        (
-            _mm256_cvtph_ps(_mm256_castsi256_si128(h)),
-            _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)),
-        )
+    /// 2^120: the exponent correction of AVX2's route straight to f32 ([`e4m3x8`]), folded
+    /// into each block's scale.
+    pub(super) const F32_RESCALE: f32 = f32::from_bits((127 + 120) << 23);
+
+    /// Eight e4m3 bytes as f32, divided by 2^120 (exact), with integer operations only:
+    /// each byte, sign-extended to 32 bits and shifted left by 20, puts its exponent and
+    /// mantissa at the bottom of an f32's exponent and the top of its mantissa (bias 127
+    /// against 7, hence the 2^-120), and its sign at bit 31 (the copies the extension left
+    /// in bits 27–30 are cleared). e4m3 subnormals become f32 subnormals of the same
+    /// scaled value, which the multiplication by the folded scale takes exactly. With
+    /// `NAN`, NaN encodings (all seven low bits set) become a quiet f32 NaN with their
+    /// sign; without, the caller has checked that the bytes hold none.
+    #[inline(always)]
+    unsafe fn e4m3x8<const NAN: bool>(p: *const u8) -> __m256 {
+        let sx = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.cast()));
+        let mut bits = _mm256_and_si256(
+            _mm256_slli_epi32(sx, 20),
+            _mm256_set1_epi32(0x87F0_0000u32 as i32),
+        );
+        if NAN {
+            let mag = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFF_FFFF));
+            let nan = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x07F0_0000));
+            bits = _mm256_or_si256(bits, _mm256_and_si256(nan, _mm256_set1_epi32(0x7FC0_0000)));
+        }
+        _mm256_castsi256_ps(bits)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -601,7 +632,7 @@ mod x86 {
                 macro_rules! fp8_loop {
                     ($nan:literal) => {
                         scaled_loop!(
-                            |s: f32| _mm256_set1_ps(s * F16_RESCALE),
+                            |s: f32| _mm256_set1_ps(s * F32_RESCALE),
                             scales,
                             bc,
                             next,
@@ -610,7 +641,8 @@ mod x86 {
                             acc,
                             |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
                                 for r in 0..R {
-                                    let w = e4m3x8x2::<$nan>(rows[r].as_ptr().add(i));
+                                    let p = rows[r].as_ptr().add(i);
+                                    let w = (e4m3x8::<$nan>(p), e4m3x8::<$nan>(p.add(8)));
                                     fma2(&mut acc[r], w, sv[r], i);
                                 }
                             }

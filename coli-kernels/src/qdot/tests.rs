@@ -54,7 +54,7 @@ proptest! {
         }
         // AVX-512 without VBMI: int4 and e2m1 keep the 16-element loop.
         #[cfg(target_arch = "x86_64")]
-        if cpu::supports(cpu::Isa::Avx512) && (fmt != WFormat::F8E4M3 || scales.iter().all(|s| fold_fp8_rescale(s))) {
+        if cpu::supports(cpu::Isa::Avx512) && (fmt != WFormat::F8E4M3 || scales.iter().all(|s| fold_fp8_rescale(s, x86::F16_RESCALE))) {
             // SAFETY: AVX-512 checked; the lengths are the layout's.
             let got = unsafe { x86::dot_rows_scaled_avx512(fmt, [&rows[0][..], &rows[1], &rows[2], &rows[3]], [&scales[0][..], &scales[1], &scales[2], &scales[3]], bc, &x, &[], false) };
             prop_assert_eq!(got.map(canon).to_vec(), want.clone(), "AVX-512 without VBMI, {:?}", fmt);
@@ -170,17 +170,20 @@ fn fp8_rows_with_and_without_nan_give_the_reference_bits() {
 
 #[test]
 fn fp8_scales_too_large_to_fold_give_the_reference_bits() {
-    // A scale whose 2^8 multiple overflows: the vector loops cannot fold it and must
-    // still give the reference's bits (here a finite product for small weights).
+    // Scales whose 2^8 multiple (AVX-512's correction) or 2^120 multiple (AVX2's)
+    // overflows: the vector loops cannot fold them and must still give the reference's
+    // bits (here finite products for small weights).
     let n = 64;
     let row: Vec<u8> = (0..n).map(|i| (i % 8) as u8).collect(); // e4m3 subnormals
     let x: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.01).collect();
-    let scales = [f32::MAX / 2.0];
-    let want = dot_scaled_scalar(WFormat::F8E4M3, &row, &scales, n, &x);
-    assert!(want.is_finite());
-    for isa in cpu::available() {
-        let got = dot_rows_scaled(isa, WFormat::F8E4M3, [&row[..]], [&scales[..]], n, &x, &[]);
-        assert_eq!(got[0].to_bits(), want.to_bits(), "{isa:?}");
+    for scale in [f32::MAX / 2.0, 1.0e5, 3.0e38 / 2f32.powi(120)] {
+        let scales = [scale];
+        let want = dot_scaled_scalar(WFormat::F8E4M3, &row, &scales, n, &x);
+        assert!(want.is_finite());
+        for isa in cpu::available() {
+            let got = dot_rows_scaled(isa, WFormat::F8E4M3, [&row[..]], [&scales[..]], n, &x, &[]);
+            assert_eq!(got[0].to_bits(), want.to_bits(), "{isa:?} scale {scale}");
+        }
     }
 }
 
