@@ -63,7 +63,7 @@ fn fp8_rescale(isa: Isa) -> f32 {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => x86::F16_RESCALE,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::F32_RESCALE,
+        Isa::Avx2 => avx2::F32_RESCALE,
         _ => 1.0,
     }
 }
@@ -159,7 +159,7 @@ pub fn dot_rows_scaled<const R: usize>(
         Isa::Avx2 => {
             assert!(crate::cpu::supports(Isa::Avx2));
             // SAFETY: the CPU supports AVX2+FMA (checked above); lengths and layout checked.
-            unsafe { x86::dot_rows_scaled_avx2(fmt, rows, scales, block_cols, x, next) }
+            unsafe { avx2::dot_rows_scaled_avx2(fmt, rows, scales, block_cols, x, next) }
         }
         _ => {
             let mut out = [0.0; R];
@@ -172,15 +172,16 @@ pub fn dot_rows_scaled<const R: usize>(
 }
 
 #[cfg(target_arch = "x86_64")]
+#[macro_use]
 mod x86 {
     use super::{tail_scaled, LANES};
-    use crate::dot::x86::{prefetch_next, reduce16_avx2, reduce16_avx512};
+    use crate::dot::x86::{prefetch_next, reduce16_avx512};
     use crate::dot::{reduce_lanes, WFormat, FP4_E2M1_VALUES};
     use std::arch::x86_64::*;
 
     /// Sixteen nibbles (8 bytes, low nibble first) as sixteen bytes `nibble` (0..=15).
     #[inline(always)]
-    unsafe fn nibbles16(p: *const u8) -> __m128i {
+    pub(super) unsafe fn nibbles16(p: *const u8) -> __m128i {
         let w16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(p.cast()));
         let lo = _mm_and_si128(w16, _mm_set1_epi16(0x0F));
         let hi = _mm_slli_epi16(_mm_srli_epi16(w16, 4), 8);
@@ -230,26 +231,11 @@ mod x86 {
         }};
     }
 
-    /// Thirty-two nibbles (16 bytes, low nibble first) as two vectors of sixteen signed
-    /// bytes `nibble - 8`, in element order.
-    #[inline(always)]
-    unsafe fn nibbles32(p: *const u8) -> (__m128i, __m128i) {
-        let b = _mm_loadu_si128(p.cast());
-        let m = _mm_set1_epi8(0x0F);
-        let lo = _mm_and_si128(b, m);
-        let hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-        let eight = _mm_set1_epi8(8);
-        (
-            _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), eight),
-            _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), eight),
-        )
-    }
-
     /// Eight e2m1 nibbles (in the low 4 bits of i32 lanes) as f32: the magnitude from the
     /// 8-entry table by the low 3 bits, the sign from bit 3 (nibble 8 is -0, as the table).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn e2m1x8(n: __m256i) -> __m256 {
+    pub(super) unsafe fn e2m1x8(n: __m256i) -> __m256 {
         let mags = _mm256_loadu_ps(FP4_E2M1_VALUES.as_ptr());
         let m = _mm256_permutevar8x32_ps(mags, n);
         let sign = _mm256_slli_epi32(_mm256_srli_epi32(n, 3), 31);
@@ -527,170 +513,11 @@ mod x86 {
         )
     }
 
-    /// 2^120: the exponent correction of AVX2's route straight to f32 ([`e4m3x8`]), folded
-    /// into each block's scale.
-    pub(super) const F32_RESCALE: f32 = f32::from_bits((127 + 120) << 23);
-
-    /// Eight e4m3 bytes as f32, divided by 2^120 (exact), with integer operations only:
-    /// each byte, sign-extended to 32 bits and shifted left by 20, puts its exponent and
-    /// mantissa at the bottom of an f32's exponent and the top of its mantissa (bias 127
-    /// against 7, hence the 2^-120), and its sign at bit 31 (the copies the extension left
-    /// in bits 27–30 are cleared). e4m3 subnormals become f32 subnormals of the same
-    /// scaled value, which the multiplication by the folded scale takes exactly. With
-    /// `NAN`, NaN encodings (all seven low bits set) become a quiet f32 NaN with their
-    /// sign; without, the caller has checked that the bytes hold none.
-    #[inline(always)]
-    unsafe fn e4m3x8<const NAN: bool>(p: *const u8) -> __m256 {
-        let sx = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.cast()));
-        let mut bits = _mm256_and_si256(
-            _mm256_slli_epi32(sx, 20),
-            _mm256_set1_epi32(0x87F0_0000u32 as i32),
-        );
-        if NAN {
-            let mag = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFF_FFFF));
-            let nan = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x07F0_0000));
-            bits = _mm256_or_si256(bits, _mm256_and_si256(nan, _mm256_set1_epi32(0x7FC0_0000)));
-        }
-        _mm256_castsi256_ps(bits)
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_rows_scaled_avx2<const R: usize>(
-        fmt: WFormat,
-        rows: [&[u8]; R],
-        scales: [&[f32]; R],
-        bc: usize,
-        x: &[f32],
-        next: &[u8],
-    ) -> [f32; R] {
-        let lines = (R * fmt.row_bytes(LANES)).div_ceil(64);
-        let main = x.len() / LANES * LANES;
-        let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
-        let xp = x.as_ptr();
-        let bcast = |s: f32| _mm256_set1_ps(s);
-        // Each 16-element chunk: the two 8-lane halves of every row, as i32 lanes.
-        let fma2 = |acc: &mut (__m256, __m256), w: (__m256, __m256), s: __m256, i: usize| {
-            let x0 = _mm256_loadu_ps(xp.add(i));
-            let x1 = _mm256_loadu_ps(xp.add(i + 8));
-            acc.0 = _mm256_fmadd_ps(_mm256_mul_ps(w.0, s), x0, acc.0);
-            acc.1 = _mm256_fmadd_ps(_mm256_mul_ps(w.1, s), x1, acc.1);
-        };
-        match fmt {
-            WFormat::I8 => scaled_loop!(
-                bcast,
-                scales,
-                bc,
-                next,
-                lines,
-                main,
-                acc,
-                |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
-                    for r in 0..R {
-                        let p = rows[r].as_ptr().add(i);
-                        let q0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.cast()));
-                        let q1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(8).cast()));
-                        let w = (_mm256_cvtepi32_ps(q0), _mm256_cvtepi32_ps(q1));
-                        fma2(&mut acc[r], w, sv[r], i);
-                    }
-                }
-            ),
-            WFormat::I4 => scaled_loop!(
-                bcast,
-                scales,
-                bc,
-                next,
-                lines,
-                main,
-                acc,
-                |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
-                    let eight = _mm256_set1_epi32(8);
-                    for r in 0..R {
-                        let n = nibbles16(rows[r].as_ptr().add(i / 2));
-                        let q0 = _mm256_sub_epi32(_mm256_cvtepu8_epi32(n), eight);
-                        let q1 =
-                            _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(n, 8)), eight);
-                        let w = (_mm256_cvtepi32_ps(q0), _mm256_cvtepi32_ps(q1));
-                        fma2(&mut acc[r], w, sv[r], i);
-                    }
-                },
-                Some(
-                    |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
-                        for r in 0..R {
-                            let (q0, q1) = nibbles32(rows[r].as_ptr().add(i / 2));
-                            for (j, q) in [(0, q0), (LANES, q1)] {
-                                let a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-                                let b =
-                                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)));
-                                fma2(&mut acc[r], (a, b), sv[r], i + j);
-                            }
-                        }
-                    }
-                )
-            ),
-            WFormat::F8E4M3 => {
-                // A row without NaN bytes skips their mapping (see `fp8_has_nan`).
-                macro_rules! fp8_loop {
-                    ($nan:literal) => {
-                        scaled_loop!(
-                            |s: f32| _mm256_set1_ps(s * F32_RESCALE),
-                            scales,
-                            bc,
-                            next,
-                            lines,
-                            main,
-                            acc,
-                            |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
-                                for r in 0..R {
-                                    let p = rows[r].as_ptr().add(i);
-                                    let w = (e4m3x8::<$nan>(p), e4m3x8::<$nan>(p.add(8)));
-                                    fma2(&mut acc[r], w, sv[r], i);
-                                }
-                            }
-                        )
-                    };
-                }
-                if rows.iter().any(|r| super::fp8_has_nan(r)) {
-                    fp8_loop!(true)
-                } else {
-                    fp8_loop!(false)
-                }
-            }
-            WFormat::F4E2M1 => scaled_loop!(
-                bcast,
-                scales,
-                bc,
-                next,
-                lines,
-                main,
-                acc,
-                |i: usize, sv: &[__m256; R], acc: &mut [(__m256, __m256); R]| {
-                    for r in 0..R {
-                        let n = nibbles16(rows[r].as_ptr().add(i / 2));
-                        let w = (
-                            e2m1x8(_mm256_cvtepu8_epi32(n)),
-                            e2m1x8(_mm256_cvtepu8_epi32(_mm_srli_si128(n, 8))),
-                        );
-                        fma2(&mut acc[r], w, sv[r], i);
-                    }
-                }
-            ),
-            _ => unreachable!("fused_layout admits int8, int4, FP8 and FP4 only"),
-        }
-        let mut out = [0.0; R];
-        for r in 0..R {
-            if main == x.len() {
-                out[r] = reduce16_avx2(acc[r].0, acc[r].1);
-                continue;
-            }
-            let mut lanes = [0.0f32; LANES];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r].0);
-            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), acc[r].1);
-            tail_scaled(fmt, rows[r], scales[r], bc, x, main, &mut lanes);
-            out[r] = reduce_lanes(lanes);
-        }
-        out
-    }
+    // The AVX2 loops are in `avx2.rs` (they use `scaled_loop!`, hence `macro_use`).
 }
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 #[cfg(test)]
 mod tests;
