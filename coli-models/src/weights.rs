@@ -69,6 +69,32 @@ pub enum ScaleValues {
     /// [`crate::arch::Transformer::make_experts_resident`] copies with them). Its bytes
     /// are checked for NaN (255) as they are read ([`check_e8m0`]).
     E8M0View(TensorView),
+    /// f32 scales where they lie, not read at load: coli int4 containers' group scales
+    /// (one per 64 weights, an eighth of the int4 bytes; held in RAM they took 402 MB of a
+    /// 4.3 GB OLMoE-geometry model). Streamed with the experts like
+    /// [`ScaleValues::E8M0View`], and checked finite as they are read. Only at a 4-byte
+    /// aligned place in the file, so the bytes are f32s in place.
+    F32View(TensorView),
+}
+
+/// Refuses streamed scales that are not numbers: E8M0 255 ([`check_e8m0`]), a non-finite
+/// f32.
+pub fn check_streamed_scales(
+    kind: crate::experts::ScaleKind,
+    bytes: &[u8],
+) -> std::result::Result<(), String> {
+    match kind {
+        crate::experts::ScaleKind::E8M0 => check_e8m0(bytes),
+        crate::experts::ScaleKind::F32 => match bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .enumerate()
+            .find(|(_, v)| !v.is_finite())
+        {
+            Some((i, v)) => Err(format!("scale {i} is {v}, not finite")),
+            None => Ok(()),
+        },
+    }
 }
 
 /// Refuses E8M0 scales holding 255, NaN in E8M0 (the error says which one).
@@ -94,6 +120,9 @@ impl Scales {
                         .iter()
                         .map(|&b| coli_core::dtype::e8m0_to_f32(b)),
                 ),
+                ScaleValues::F32View(v) => {
+                    out.extend_from_slice(&bytemuck::cast_slice(v.bytes())[at..at + per_row])
+                }
             }
         }
         Scales {
@@ -109,6 +138,8 @@ impl Scales {
             scales: match &self.values {
                 ScaleValues::F32(v) => ScaleData::F32(v),
                 ScaleValues::E8M0View(v) => ScaleData::E8M0(v.bytes()),
+                // Aligned: checked at load, and resident copies start on 64 bytes.
+                ScaleValues::F32View(v) => ScaleData::F32(bytemuck::cast_slice(v.bytes())),
             },
             block_rows: self.block_rows,
             block_cols: self.block_cols,
@@ -162,6 +193,27 @@ impl Linear {
                             "scales are read as F32, BF16, F16 or F8_E8M0; found {}",
                             s.dtype_name
                         ),
+                    });
+                }
+                // int4 group scales stay where they lie (streamed with the experts) when
+                // they are f32s in place.
+                let in_place = dtype == DType::U8
+                    && s.dtype()? == DType::F32
+                    && s.file_range().start.is_multiple_of(4)
+                    && (s.bytes().as_ptr() as usize).is_multiple_of(4);
+                if in_place {
+                    return Ok(Linear {
+                        view,
+                        fmt,
+                        rows,
+                        cols,
+                        bias: None,
+                        scales: Some(Scales {
+                            values: ScaleValues::F32View(s),
+                            block_rows: br,
+                            block_cols: bc,
+                        }),
+                        transposed: false,
                     });
                 }
                 let values = s.to_f32_vec()?;
@@ -441,21 +493,30 @@ impl Linear {
         self.scales.as_ref()
     }
 
-    /// The scales' tensor when they are left where they lie ([`ScaleValues::E8M0View`]).
+    /// The scales' tensor when they are left where they lie ([`ScaleValues::E8M0View`],
+    /// [`ScaleValues::F32View`]).
     pub fn scale_view(&self) -> Option<&TensorView> {
         match self.scales.as_ref().map(|s| &s.values) {
-            Some(ScaleValues::E8M0View(v)) => Some(v),
+            Some(ScaleValues::E8M0View(v) | ScaleValues::F32View(v)) => Some(v),
             _ => None,
         }
     }
 
-    /// Refuses a NaN (255) among scales left where they lie, reading them in full: for
-    /// paths that use them without the expert store (which checks as it reads).
+    /// Refuses scales left where they lie that are not numbers (E8M0 255, a non-finite
+    /// f32), reading them in full: for paths that use them without the expert store
+    /// (which checks as it reads).
     pub fn check_scales(&self) -> Result<()> {
+        let kind = match self.scales.as_ref().map(|s| &s.values) {
+            Some(ScaleValues::E8M0View(_)) => crate::experts::ScaleKind::E8M0,
+            Some(ScaleValues::F32View(_)) => crate::experts::ScaleKind::F32,
+            _ => return Ok(()),
+        };
         if let Some(v) = self.scale_view() {
-            check_e8m0(v.bytes()).map_err(|msg| crate::error::ModelError::BadTensor {
-                name: v.name.clone(),
-                msg,
+            check_streamed_scales(kind, v.bytes()).map_err(|msg| {
+                crate::error::ModelError::BadTensor {
+                    name: v.name.clone(),
+                    msg,
+                }
             })?;
         }
         Ok(())
@@ -465,7 +526,7 @@ impl Linear {
     /// [`Linear::scale_view`]).
     pub fn set_scale_view(&mut self, view: TensorView) {
         if let Some(s) = self.scales.as_mut() {
-            if let ScaleValues::E8M0View(v) = &mut s.values {
+            if let ScaleValues::E8M0View(v) | ScaleValues::F32View(v) = &mut s.values {
                 assert_eq!(view.bytes().len(), v.bytes().len());
                 *v = view;
             }

@@ -6,10 +6,10 @@ use std::path::Path;
 use super::{Expert, Ffn, Transformer};
 use crate::error::Result;
 use crate::experts::{
-    available_memory, ExpertLocation, ExpertStore, MatrixLocation, Placement, ScaleLocation,
-    StoreConfig,
+    available_memory, ExpertLocation, ExpertStore, MatrixLocation, Placement, ScaleKind,
+    ScaleLocation, StoreConfig,
 };
-use crate::weights::Linear;
+use crate::weights::{Linear, ScaleValues};
 
 /// Shape of a model's routed experts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,10 +31,15 @@ fn matrix_location(l: &Linear) -> MatrixLocation {
     let streamed_scales = l.scale_view().map(|s| {
         let r = s.file_range();
         let block = l.scales().map_or((1, 1), |x| (x.block_rows, x.block_cols));
+        let kind = match l.scales().map(|x| &x.values) {
+            Some(ScaleValues::F32View(_)) => ScaleKind::F32,
+            _ => ScaleKind::E8M0,
+        };
         ScaleLocation {
             path: s.file.clone(),
             offset: r.start,
             len: (r.end - r.start) as usize,
+            kind,
             block_rows: block.0,
             block_cols: block.1,
         }

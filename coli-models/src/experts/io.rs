@@ -37,23 +37,36 @@ pub struct MatrixLocation {
     pub cols: usize,
     /// Block or row scales (resident), where the format has them.
     pub scales: Option<Scales>,
-    /// E8M0 block scales read with the matrix instead (DeepSeek-V4's FP4 experts).
+    /// Block scales read with the matrix instead (DeepSeek-V4's FP4 experts' E8M0, coli
+    /// int4 containers' f32 group scales).
     pub streamed_scales: Option<ScaleLocation>,
     /// Stored input-major (`[cols, rows]`, gpt-oss' unquantized experts): transposed
     /// after each read, so the cached copy is the `[rows, cols]` matrix the kernels take.
     pub transposed: bool,
 }
 
-/// Where a matrix's streamed E8M0 scales are: in the same shard or another, one byte per
-/// block of `block_rows x block_cols`.
+/// How streamed scales are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScaleKind {
+    /// One E8M0 byte per block (checked for NaN, 255, when read).
+    E8M0,
+    /// One little-endian f32 per block, at a 4-byte-aligned file offset (checked finite
+    /// when read).
+    F32,
+}
+
+/// Where a matrix's streamed scales are: in the same shard or another, one per block of
+/// `block_rows x block_cols`.
 #[derive(Clone, Debug)]
 pub struct ScaleLocation {
     /// The shard holding them.
     pub path: PathBuf,
     /// Byte offset of their data in the file.
     pub offset: u64,
-    /// Bytes (one per block).
+    /// Bytes.
     pub len: usize,
+    /// How they are stored.
+    pub kind: ScaleKind,
     /// Rows per block.
     pub block_rows: usize,
     /// Columns per block.
@@ -84,10 +97,10 @@ pub(crate) struct Part {
     pub(crate) rows: usize,
     pub(crate) cols: usize,
     pub(crate) scales: Option<Scales>,
-    /// A matrix's streamed E8M0 scales: their part's index and block shape.
+    /// A matrix's streamed scales: their part's index and block shape.
     pub(crate) streamed: Option<(usize, usize, usize)>,
-    /// This part is a matrix's streamed E8M0 scales (checked for NaN when read).
-    pub(crate) is_scales: bool,
+    /// This part is a matrix's streamed scales, stored so (checked when read).
+    pub(crate) is_scales: Option<ScaleKind>,
     /// Stored input-major: transposed in the buffer after the read.
     pub(crate) transposed: bool,
 }
@@ -128,7 +141,7 @@ impl ExpertLoc {
                     cols: 0,
                     scales: None,
                     streamed: None,
-                    is_scales: true,
+                    is_scales: Some(s.kind),
                     transposed: false,
                 });
                 (
@@ -146,7 +159,7 @@ impl ExpertLoc {
                 cols: m.cols,
                 scales: m.scales.clone(),
                 streamed,
-                is_scales: false,
+                is_scales: None,
                 transposed: m.transposed,
             });
         }
@@ -158,7 +171,13 @@ impl ExpertLoc {
             coalesced: false,
         };
         let (s, e) = loc.span();
-        loc.coalesced = same_file && e - s <= total + COALESCE_SLACK;
+        // f32 scales must land 4-byte aligned in the buffer: a buffered coalesced read
+        // puts byte `s` at the (page-aligned) start.
+        let aligned = loc
+            .parts
+            .iter()
+            .all(|p| p.is_scales != Some(ScaleKind::F32) || (p.offset - s).is_multiple_of(4));
+        loc.coalesced = same_file && e - s <= total + COALESCE_SLACK && aligned;
         loc
     }
 
@@ -275,8 +294,9 @@ impl Shared {
             }
         }
         for (p, &o) in loc.parts.iter().zip(&offsets) {
-            if p.is_scales {
-                crate::weights::check_e8m0(&dst[o..o + p.len]).map_err(|m| nan_scale(p, m))?;
+            if let Some(kind) = p.is_scales {
+                crate::weights::check_streamed_scales(kind, &dst[o..o + p.len])
+                    .map_err(|m| nan_scale(p, m))?;
             }
             if p.transposed {
                 transpose_in_buffer(&mut dst[o..o + p.len], p.cols, p.rows, p.fmt.size());
@@ -316,8 +336,8 @@ impl Shared {
             populate(map, p.offset as usize, end).map_err(|x| {
                 format!("reading expert {expert} of layer {layer} in place from {path}: faulting its pages in: {x}")
             })?;
-            if p.is_scales {
-                crate::weights::check_e8m0(&map[p.offset as usize..end])
+            if let Some(kind) = p.is_scales {
+                crate::weights::check_streamed_scales(kind, &map[p.offset as usize..end])
                     .map_err(|m| format!("expert {expert} of layer {layer} in {path}: {m}"))?;
             }
         }

@@ -15,5 +15,5 @@ pub mod usage;
 
 pub use store::{
     available_memory, CacheSize, ExpertHandle, ExpertLocation, ExpertStore, MatrixLocation,
-    Placement, Prefetch, ScaleLocation, StoreConfig, StoreStats,
+    Placement, Prefetch, ScaleKind, ScaleLocation, StoreConfig, StoreStats,
 };

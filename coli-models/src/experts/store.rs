@@ -39,7 +39,7 @@ use coli_kernels::MatRef;
 pub use super::config::{
     available_memory, CacheSize, Placement, Prefetch, StoreConfig, StoreStats,
 };
-pub use super::io::{ExpertLocation, MatrixLocation, ScaleLocation};
+pub use super::io::{ExpertLocation, MatrixLocation, ScaleKind, ScaleLocation};
 
 use super::buffers::{BufPool, ExpertBuf};
 use super::config::Counters;
@@ -64,11 +64,22 @@ impl ExpertHandle<'_> {
         let bytes = self.buf.part(i, p.len);
         let m = MatRef::new(p.fmt, bytes, p.rows, p.cols);
         match (&p.scales, p.streamed) {
-            (_, Some((j, block_rows, block_cols))) => m.with_scales(BlockScales {
-                scales: ScaleData::E8M0(self.buf.part(j, self.loc.parts[j].len)),
-                block_rows,
-                block_cols,
-            }),
+            (_, Some((j, block_rows, block_cols))) => {
+                let part = &self.loc.parts[j];
+                let bytes = self.buf.part(j, part.len);
+                let scales = match part.is_scales {
+                    // 4-byte aligned: at an aligned file offset (checked at load), in a
+                    // page-aligned buffer or mapping (`ExpertLoc::new` coalesces only
+                    // reads that keep it so).
+                    Some(ScaleKind::F32) => ScaleData::F32(bytemuck::cast_slice(bytes)),
+                    _ => ScaleData::E8M0(bytes),
+                };
+                m.with_scales(BlockScales {
+                    scales,
+                    block_rows,
+                    block_cols,
+                })
+            }
             (Some(s), None) => m.with_scales(s.block_scales()),
             (None, None) => m,
         }

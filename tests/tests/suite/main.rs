@@ -11,6 +11,7 @@ mod deepseek_v4;
 mod drafts;
 mod fuzz_seeded;
 mod gpt_oss;
+mod int4_scales;
 mod mtp;
 mod oracle;
 mod placement;
