@@ -112,6 +112,74 @@ pub fn shard_header(path: &std::path::Path) -> (Value, usize, Vec<u8>) {
     (h, 8 + n, bytes)
 }
 
+/// The tensors of `shard` whose names contain `part` and end with `suffix`: (name, start,
+/// end) in its data section, sorted by name.
+pub fn shard_tensors(
+    shard: &std::path::Path,
+    part: &str,
+    suffix: &str,
+) -> Vec<(String, usize, usize)> {
+    let (h, _, _) = shard_header(shard);
+    let mut out: Vec<(String, usize, usize)> = h
+        .as_object()
+        .expect("header object")
+        .iter()
+        .filter(|(k, _)| k.contains(part) && k.ends_with(suffix))
+        .map(|(k, v)| {
+            let o = &v["data_offsets"];
+            let at = |i: usize| o[i].as_u64().expect("data offset") as usize;
+            (k.clone(), at(0), at(1))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// What running `ids` through `dir` gives on each expert placement (one slot per layer,
+/// the automatic cache, every expert copied into RAM at start), when it must fail: the
+/// placing's error, or else the forward's.
+pub fn expert_read_errors(dir: &std::path::Path, ids: &[u32]) -> Vec<String> {
+    use coli_models::experts::{CacheSize, Placement};
+    [CacheSize::Slots(1), CacheSize::Auto, CacheSize::Off]
+        .into_iter()
+        .map(|cache| {
+            let mut m = coli_models::load(dir).expect("model loads");
+            let p = Placement {
+                cache,
+                ..Default::default()
+            };
+            match m.place_experts(dir, &p) {
+                Err(e) => e.to_string(),
+                Ok(()) => {
+                    let mut s = coli_models::Session::new(&m, 64);
+                    let e = s.forward(ids, false).expect_err("the forward fails");
+                    e.to_string()
+                }
+            }
+        })
+        .collect()
+}
+
+/// The error converting `dir` to bf16 gives, when it must fail; checks that nothing was
+/// written.
+pub fn convert_error(dir: &std::path::Path) -> String {
+    let out = tempfile::tempdir().expect("temp dir");
+    let dest = out.path().join("bf16");
+    let opts = coli_models::convert::ConvertOptions {
+        experts: coli_models::convert::Target::Bf16,
+        dense: coli_models::convert::Target::Bf16,
+        shard_bytes: 1 << 30,
+    };
+    let e =
+        coli_models::convert::convert(dir, &dest, &opts, |_, _| {}).expect_err("conversion fails");
+    assert!(
+        !dest.exists(),
+        "a failed conversion left {}",
+        dest.display()
+    );
+    e.to_string()
+}
+
 impl Reference {
     /// Copies the fixture's files (not its sidecars, which start with '.') into `dst`.
     pub fn copy_files_to(&self, dst: &std::path::Path) {

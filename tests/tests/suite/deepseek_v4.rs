@@ -187,23 +187,7 @@ fn a_cache_cut_inside_a_window_gives_a_fresh_sequences_bits() {
 /// The FP4 fixture's routed-expert scale tensors (`….ffn.experts.E.wN.scale`) from its
 /// safetensors header: (name, start, end) of each's data.
 fn expert_scales(shard: &std::path::Path) -> Vec<(String, usize, usize)> {
-    let (h, _, _) = header(shard);
-    let mut out: Vec<(String, usize, usize)> = h
-        .as_object()
-        .unwrap()
-        .iter()
-        .filter(|(k, _)| k.contains(".experts.") && k.ends_with(".scale"))
-        .map(|(k, v)| {
-            let o = &v["data_offsets"];
-            (
-                k.clone(),
-                o[0].as_u64().unwrap() as usize,
-                o[1].as_u64().unwrap() as usize,
-            )
-        })
-        .collect();
-    out.sort();
-    out
+    coli_tests::shard_tensors(shard, ".experts.", ".scale")
 }
 
 #[test]
@@ -258,31 +242,10 @@ fn a_nan_fp4_expert_scale_is_an_error_when_its_expert_is_read() {
     }
     std::fs::write(&shard, bytes).unwrap();
     let ids = Reference::load("deepseek_v4_fp4_release").ids();
-    use coli_models::experts::CacheSize;
-    for cache in [CacheSize::Slots(1), CacheSize::Auto, CacheSize::Off] {
-        let mut m = coli_models::load(t.path()).unwrap();
-        let p = coli_models::experts::Placement {
-            cache,
-            ..Default::default()
-        };
-        let e = match m.place_experts(t.path(), &p) {
-            Err(e) => e.to_string(),
-            Ok(()) => {
-                let mut s = coli_models::Session::new(&m, 64);
-                s.forward(&ids, false).unwrap_err().to_string()
-            }
-        };
-        assert!(e.contains("NaN in E8M0"), "{cache:?}: {e}");
+    for e in coli_tests::expert_read_errors(t.path(), &ids) {
+        assert!(e.contains("NaN in E8M0"), "{e}");
     }
     // Converting reads every scale: refused too, with nothing written.
-    let out = tempfile::tempdir().unwrap();
-    let dest = out.path().join("bf16");
-    let opts = coli_models::convert::ConvertOptions {
-        experts: coli_models::convert::Target::Bf16,
-        dense: coli_models::convert::Target::Bf16,
-        shard_bytes: 1 << 30,
-    };
-    let e = coli_models::convert::convert(t.path(), &dest, &opts, |_, _| {}).unwrap_err();
-    assert!(e.to_string().contains("NaN in E8M0"), "{e}");
-    assert!(!dest.exists());
+    let e = coli_tests::convert_error(t.path());
+    assert!(e.contains("NaN in E8M0"), "{e}");
 }
