@@ -160,6 +160,26 @@ pub fn expert_read_errors(dir: &std::path::Path, ids: &[u32]) -> Vec<String> {
         .collect()
 }
 
+/// The store's counters after one forward of `ids` with one expert slot per layer and no
+/// prefetch (every routed expert used is read), and the bytes of the largest expert.
+pub fn one_slot_stats(
+    dir: &std::path::Path,
+    ids: &[u32],
+) -> (coli_models::experts::StoreStats, u64) {
+    use coli_models::experts::{CacheSize, Placement, Prefetch};
+    let mut m = coli_models::load(dir).expect("model loads");
+    let p = Placement {
+        cache: CacheSize::Slots(1),
+        prefetch: Prefetch::Off,
+        ..Default::default()
+    };
+    m.place_experts(dir, &p).expect("experts placed");
+    let mut s = coli_models::Session::new(&m, 64);
+    s.forward(ids, false).expect("forward");
+    let stats = m.store.as_ref().expect("a store").stats();
+    (stats, m.expert_census().expert_bytes)
+}
+
 /// The error converting `dir` to bf16 gives, when it must fail; checks that nothing was
 /// written.
 pub fn convert_error(dir: &std::path::Path) -> String {

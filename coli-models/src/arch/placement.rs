@@ -9,7 +9,7 @@ use crate::experts::{
     available_memory, ExpertLocation, ExpertStore, MatrixLocation, Placement, ScaleKind,
     ScaleLocation, StoreConfig,
 };
-use crate::weights::{Linear, ScaleValues};
+use crate::weights::Linear;
 
 /// Shape of a model's routed experts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,10 +31,10 @@ fn matrix_location(l: &Linear) -> MatrixLocation {
     let streamed_scales = l.scale_view().map(|s| {
         let r = s.file_range();
         let block = l.scales().map_or((1, 1), |x| (x.block_rows, x.block_cols));
-        let kind = match l.scales().map(|x| &x.values) {
-            Some(ScaleValues::F32View(_)) => ScaleKind::F32,
-            _ => ScaleKind::E8M0,
-        };
+        let kind = l
+            .scales()
+            .and_then(|x| x.values.streamed_kind())
+            .unwrap_or(ScaleKind::E8M0);
         ScaleLocation {
             path: s.file.clone(),
             offset: r.start,

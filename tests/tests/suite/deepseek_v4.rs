@@ -198,33 +198,16 @@ fn fp4_expert_scales_are_streamed_with_their_experts() {
     let shard = r.dir.join("model.safetensors");
     let scales = expert_scales(&shard);
     assert!(!scales.is_empty());
-    let (h, _, _) = header(&shard);
     let m = coli_models::load(&r.dir).unwrap();
     let census = m.expert_census();
-    let expert_tensors: usize = h
-        .as_object()
-        .unwrap()
+    let expert_tensors: usize = coli_tests::shard_tensors(&shard, ".experts.", "")
         .iter()
-        .filter(|(k, _)| k.contains(".experts."))
-        .map(|(_, v)| {
-            let o = &v["data_offsets"];
-            (o[1].as_u64().unwrap() - o[0].as_u64().unwrap()) as usize
-        })
+        .map(|(_, s, e)| e - s)
         .sum();
     assert_eq!(census.total_bytes as usize, expert_tensors);
     // With one slot per layer every routed expert is read when used: the store counts
     // the scales' bytes with the matrices'.
-    let mut m = coli_models::load(&r.dir).unwrap();
-    let p = coli_models::experts::Placement {
-        cache: coli_models::experts::CacheSize::Slots(1),
-        prefetch: coli_models::experts::Prefetch::Off,
-        ..Default::default()
-    };
-    m.place_experts(&r.dir, &p).unwrap();
-    let mut s = coli_models::Session::new(&m, 64);
-    s.forward(&r.ids(), false).unwrap();
-    let stats = m.store.as_ref().unwrap().stats();
-    let per_expert = census.expert_bytes;
+    let (stats, per_expert) = coli_tests::one_slot_stats(&r.dir, &r.ids());
     assert!(stats.misses > 0);
     assert_eq!(stats.bytes_read, stats.misses * per_expert, "{stats:?}");
 }

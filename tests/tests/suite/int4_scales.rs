@@ -2,9 +2,9 @@
 //! they are expert bytes, streamed with their matrices and checked as they are read, not
 //! resident weights read at load.
 
-use coli_models::experts::{CacheSize, Placement};
 use coli_tests::{
-    convert_error, copy_fixture, expert_read_errors, shard_header, shard_tensors, Reference,
+    convert_error, copy_fixture, expert_read_errors, one_slot_stats, shard_header, shard_tensors,
+    Reference,
 };
 
 const FIXTURE: &str = "olmoe_int4_container";
@@ -21,18 +21,8 @@ fn int4_group_scales_are_streamed_with_their_experts() {
     let stored: usize = tensors.iter().map(|(_, s, e)| e - s).sum();
     assert_eq!(m.expert_census().total_bytes as usize, stored);
     // One slot per layer: every expert used is read, scales included.
-    let mut m = coli_models::load(&r.dir).unwrap();
-    let p = Placement {
-        cache: CacheSize::Slots(1),
-        prefetch: coli_models::experts::Prefetch::Off,
-        ..Default::default()
-    };
-    m.place_experts(&r.dir, &p).unwrap();
-    let mut s = coli_models::Session::new(&m, 64);
-    s.forward(&r.ids(), false).unwrap();
-    let stats = m.store.as_ref().unwrap().stats();
+    let (stats, per_expert) = one_slot_stats(&r.dir, &r.ids());
     assert!(stats.misses > 0);
-    let per_expert = m.expert_census().expert_bytes;
     assert_eq!(stats.bytes_read, stats.misses * per_expert, "{stats:?}");
 }
 
