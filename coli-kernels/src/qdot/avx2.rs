@@ -7,17 +7,59 @@ use crate::dot::x86::{prefetch_next, reduce16_avx2};
 use crate::dot::{reduce_lanes, WFormat};
 use std::arch::x86_64::*;
 
-/// Eight int4 weights (4 bytes, low nibble first) as f32 `nibble - 8`, in element
-/// order, without a shuffle: the 32-bit word broadcast from memory to every lane, lane
-/// `j` shifted right by `4 j`, masked and offset. Exact integers, so `cvtdq2ps` is
-/// exact. (Shifting nibble `j` to the top and back arithmetically was slower on Zen 2,
-/// whose vector shifts share a pipe.)
+/// Eight int4 weights (4 bytes, low nibble first) as f32 `(nibble - 8) * 16^j` in lane
+/// `j`, in element order, without a shift or shuffle: the 32-bit word broadcast from
+/// memory to every lane, lane `j` masked to its own nibble where it lies and offset by
+/// `8 * 16^j` (in lane 7 the subtraction wraps to the right value). Exact integers below
+/// 2^31 with four significant bits, so `cvtdq2ps` is exact; the caller's scales carry
+/// the `16^-j` ([`int4_lane_scales`]).
 #[inline(always)]
 unsafe fn int4x8(p: *const u8) -> __m256 {
     let word = _mm256_set1_epi32(p.cast::<i32>().read_unaligned());
-    let low = _mm256_srlv_epi32(word, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
-    let n = _mm256_and_si256(low, _mm256_set1_epi32(15));
-    _mm256_cvtepi32_ps(_mm256_sub_epi32(n, _mm256_set1_epi32(8)))
+    let mask = _mm256_setr_epi32(
+        0xF,
+        0xF0,
+        0xF00,
+        0xF000,
+        0xF_0000,
+        0xF0_0000,
+        0xF00_0000,
+        0xF000_0000u32 as i32,
+    );
+    let off = _mm256_setr_epi32(
+        8,
+        8 << 4,
+        8 << 8,
+        8 << 12,
+        8 << 16,
+        8 << 20,
+        8 << 24,
+        (8u32 << 28) as i32,
+    );
+    _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(word, mask), off))
+}
+
+/// `16^-j` in lane `j`: [`int4x8`]'s lane factor, multiplied into each block's scale.
+/// `(v * 16^j) * (s * 16^-j)` is the same real product as `v * s`, so it rounds to the
+/// same f32 whenever `s * 16^-j` is exact ([`int4_scales_exact`] says when).
+#[inline(always)]
+unsafe fn int4_lane_scales(s: f32) -> __m256 {
+    let f = |j: i32| f32::from_bits(((127 - 4 * j) as u32) << 23);
+    _mm256_mul_ps(
+        _mm256_set1_ps(s),
+        _mm256_setr_ps(f(0), f(1), f(2), f(3), f(4), f(5), f(6), f(7)),
+    )
+}
+
+/// Whether [`int4_lane_scales`] gives every one of these scales exactly: `s * 2^-28` is
+/// exact unless `s` is a finite non-zero number below 2^-98 in magnitude (the result
+/// would not be a normal f32). In bits; infinities and NaNs lie above the bound. One pass
+/// without an early exit, so it vectorizes.
+#[inline(always)]
+fn int4_scales_exact(scales: &[f32]) -> bool {
+    const MIN: u32 = (127 - 126 + 28) << 23;
+    let small = |s: f32| (s.to_bits() & 0x7FFF_FFFF).wrapping_sub(1) < MIN - 1;
+    scales.iter().fold(0u32, |m, &s| m | small(s) as u32) == 0
 }
 
 /// 2^120: the exponent correction of AVX2's route straight to f32 ([`e4m3x8`]), folded
@@ -48,7 +90,8 @@ unsafe fn e4m3x8<const NAN: bool>(p: *const u8) -> __m256 {
 }
 
 /// The vector part of `K` int4 rows (AVX2): each row's sixteen lanes as two
-/// accumulators, the weights by [`int4x8`].
+/// accumulators, the weights by [`int4x8`]. The scales must pass
+/// [`int4_scales_exact`].
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn int4_rows<const K: usize>(
@@ -63,7 +106,7 @@ unsafe fn int4_rows<const K: usize>(
     let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); K];
     let xp = x.as_ptr();
     scaled_loop!(
-        |s: f32| _mm256_set1_ps(s),
+        |s: f32| int4_lane_scales(s),
         scales,
         bc,
         next,
@@ -97,6 +140,7 @@ pub(super) unsafe fn dot_rows_scaled_avx2<const R: usize>(
     let lines = (R * fmt.row_bytes(LANES)).div_ceil(64);
     let main = x.len() / LANES * LANES;
     let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
+    let mut redo = [false; R];
     let xp = x.as_ptr();
     let bcast = |s: f32| _mm256_set1_ps(s);
     // Each 16-element chunk: the two 8-lane halves of every row, as i32 lanes.
@@ -133,7 +177,11 @@ pub(super) unsafe fn dot_rows_scaled_avx2<const R: usize>(
             while r < R {
                 let part = &next[(r / 2 * share).min(next.len())..];
                 let part = &part[..share.min(part.len())];
-                if r + 2 <= R {
+                let k = if r + 2 <= R { 2 } else { 1 };
+                // Rows with a scale the lane factors would round take the reference.
+                if !scales[r..r + k].iter().all(|s| int4_scales_exact(s)) {
+                    redo[r..r + k].fill(true);
+                } else if k == 2 {
                     let pair = int4_rows(
                         [rows[r], rows[r + 1]],
                         [scales[r], scales[r + 1]],
@@ -143,11 +191,10 @@ pub(super) unsafe fn dot_rows_scaled_avx2<const R: usize>(
                         main,
                     );
                     (acc[r], acc[r + 1]) = (pair[0], pair[1]);
-                    r += 2;
                 } else {
                     acc[r] = int4_rows([rows[r]], [scales[r]], bc, x, part, main)[0];
-                    r += 1;
                 }
+                r += k;
             }
         }
         WFormat::F8E4M3 => {
@@ -201,6 +248,10 @@ pub(super) unsafe fn dot_rows_scaled_avx2<const R: usize>(
     }
     let mut out = [0.0; R];
     for r in 0..R {
+        if redo[r] {
+            out[r] = super::dot_scaled_scalar(fmt, rows[r], scales[r], bc, x);
+            continue;
+        }
         if main == x.len() {
             out[r] = reduce16_avx2(acc[r].0, acc[r].1);
             continue;

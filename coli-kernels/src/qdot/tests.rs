@@ -188,6 +188,99 @@ fn fp8_scales_too_large_to_fold_give_the_reference_bits() {
 }
 
 #[test]
+fn int4_scales_the_lane_factors_cannot_take_give_the_reference_bits() {
+    // AVX2 keeps each nibble where it lies in its 32-bit word (lane j holds
+    // `(n - 8) * 16^j`) and gives the scale the factor `16^-j`: exact only while
+    // `s * 2^-28` is a normal f32. Scales at and beyond that bound, subnormal, huge,
+    // infinite and NaN ones must still give the reference's bits; every nibble value
+    // sits in every lane.
+    let n = 64;
+    let row: Vec<u8> = (0..n / 2)
+        .map(|i| (i as u8).wrapping_mul(37) ^ 0x5A)
+        .collect();
+    let x: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.37).collect();
+    let pow2 = |e: i32| f32::from_bits(((127 + e) as u32) << 23);
+    let (lo, hi) = (pow2(-98), pow2(125));
+    let below = |v: f32| f32::from_bits(v.to_bits() - 1);
+    for scale in [
+        lo,
+        below(lo),
+        -f32::from_bits(lo.to_bits() + 1),
+        pow2(-106),
+        1.0e-35,
+        1.0e-40,
+        0.0,
+        -0.0,
+        below(hi),
+        hi,
+        -hi,
+        f32::MAX,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ] {
+        let scales = [scale];
+        let want = canon(dot_scaled_scalar(WFormat::I4, &row, &scales, n, &x));
+        for isa in cpu::available() {
+            let got = dot_rows_scaled(isa, WFormat::I4, [&row[..]], [&scales[..]], n, &x, &[]);
+            assert_eq!(canon(got[0]), want, "{isa:?} scale {scale:e}");
+        }
+    }
+}
+
+#[test]
+fn rows_ending_at_an_unmapped_page_are_read_within_their_bytes() {
+    // Rows that end where the mapping ends (the last row of a matrix at the end of a
+    // file): the vector loops must not read past them (AVX2's int4 loop broadcasts
+    // 32-bit words, AVX-512's reads whole lines). A protected page follows the rows; a
+    // read beyond them faults.
+    const PAGE: usize = 4096;
+    // SAFETY: a fresh private anonymous mapping of two pages, the second made
+    // inaccessible; unmapped at the end.
+    let base = unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            2 * PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        assert_eq!(
+            libc::mprotect(p.cast::<u8>().add(PAGE).cast(), PAGE, libc::PROT_NONE),
+            0
+        );
+        p.cast::<u8>()
+    };
+    for (fmt, bc) in [
+        (WFormat::I4, 64),
+        (WFormat::I8, 128),
+        (WFormat::F8E4M3, 128),
+        (WFormat::F4E2M1, 32),
+    ] {
+        for n in [16usize, 128, 512] {
+            let bytes = fmt.row_bytes(n);
+            // SAFETY: the last `bytes` bytes of the first (writable) page.
+            let row = unsafe { std::slice::from_raw_parts_mut(base.add(PAGE - bytes), bytes) };
+            for (i, b) in row.iter_mut().enumerate() {
+                *b = (i as u8).wrapping_mul(29) & 0x77;
+            }
+            let row: &[u8] = row;
+            let scales = vec![0.5f32; n.div_ceil(bc)];
+            let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 3.0).collect();
+            let want = dot_scaled_scalar(fmt, row, &scales, bc, &x);
+            for isa in cpu::available() {
+                let got = dot_rows_scaled(isa, fmt, [row], [&scales[..]], bc, &x, &[]);
+                assert_eq!(got[0].to_bits(), want.to_bits(), "{isa:?} {fmt:?} {n}");
+            }
+        }
+    }
+    // SAFETY: the mapping made above, no longer borrowed.
+    unsafe { libc::munmap(base.cast(), 2 * PAGE) };
+}
+
+#[test]
 fn layouts_the_vector_loop_cannot_take_are_refused() {
     assert!(fused_layout(WFormat::I8, 2048, 2048));
     assert!(fused_layout(WFormat::I4, 64, 2048));
