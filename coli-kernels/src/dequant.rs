@@ -1,7 +1,8 @@
 //! Dequantization of one row of a scaled format to f32: element `c` becomes
 //! `stored(c) * scale[c / block_cols]`, one exact conversion and one f32 multiplication.
 //! Elementwise, so every instruction set gives the same bits; the wider paths are the
-//! same code compiled with more vector features (selected at run time).
+//! same code compiled with more vector features (selected at run time), except int4 and
+//! FP4, which have their own vector code (tested against the definition).
 
 use crate::cpu::{self, Isa};
 use crate::dot::WFormat;
@@ -171,7 +172,41 @@ unsafe fn nibbles_avx512(fmt: WFormat, row: &[u8], scales: &[f32], block: usize,
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dequant_avx2(fmt: WFormat, row: &[u8], scales: &[f32], block: usize, out: &mut [f32]) {
+    if fmt == WFormat::I4 {
+        return int4_avx2(row, scales, block, out);
+    }
     dequant_generic(fmt, row, scales, block, out)
+}
+
+/// int4 on AVX2: eight weights per 32-bit word, each lane masking its nibble where it lies
+/// and the scale carrying the lane's factor (the fused loop's [`int4x8`] and
+/// [`int4_lane_scales`]), so `(n - 8) * s` with the generic path's bits. Blocks that do
+/// not start on a word, the last elements of a block short of a word, and scales the lane
+/// factors would round take the generic arithmetic.
+///
+/// [`int4x8`]: crate::qdot::avx2::int4x8
+/// [`int4_lane_scales`]: crate::qdot::avx2::int4_lane_scales
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn int4_avx2(row: &[u8], scales: &[f32], block: usize, out: &mut [f32]) {
+    use crate::qdot::avx2::{int4_lane_scales, int4_scale_exact, int4x8};
+    use std::arch::x86_64::*;
+    let cols = out.len();
+    for (b, &s) in scales.iter().enumerate() {
+        let (c0, c1) = (b * block, ((b + 1) * block).min(cols));
+        let mut c = c0;
+        if c0.is_multiple_of(8) && int4_scale_exact(s) {
+            let sv = int4_lane_scales(s);
+            while c + 8 <= c1 {
+                let w = _mm256_mul_ps(int4x8(row.as_ptr().add(c / 2)), sv);
+                _mm256_storeu_ps(out.as_mut_ptr().add(c), w);
+                c += 8;
+            }
+        }
+        for (j, o) in out[c..c1].iter_mut().enumerate() {
+            *o = WFormat::I4.load(row, c + j) * s;
+        }
+    }
 }
 
 /// Dequantizes one row on the given instruction set.
@@ -230,6 +265,45 @@ mod tests {
                     let mut out = vec![0.0; cols];
                     dequant_scaled_isa(isa, fmt, &row, &scales, block, &mut out);
                     prop_assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.clone(), "{:?} {:?}", fmt, isa);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn int4_scales_the_lane_factors_cannot_take_dequantize_by_the_definition() {
+        // AVX2's int4 path gives a block's scale the factors `16^-j` (exact while
+        // `s * 2^-28` is a normal f32); scales at and beyond that bound, and zero, huge,
+        // infinite and NaN ones, must still give the definition's bits. Blocks of 64 and
+        // 12 (a block short of a word at its end, then blocks off the word boundary).
+        let cols = 256usize;
+        let row: Vec<u8> = (0..cols / 2)
+            .map(|i| (i as u8).wrapping_mul(37) ^ 0x5A)
+            .collect();
+        let pow2 = |e: i32| f32::from_bits(((127 + e) as u32) << 23);
+        let lo = pow2(-98);
+        for scale in [
+            lo,
+            f32::from_bits(lo.to_bits() - 1),
+            -f32::from_bits(lo.to_bits() + 1),
+            1.0e-40,
+            0.0,
+            -0.0,
+            3.0e38,
+            f32::INFINITY,
+            f32::NAN,
+            0.013,
+        ] {
+            for block in [64, 12] {
+                let scales = vec![scale; cols.div_ceil(block)];
+                let want: Vec<u32> = (0..cols)
+                    .map(|c| (WFormat::I4.load(&row, c) * scale).to_bits())
+                    .collect();
+                for isa in cpu::available() {
+                    let mut out = vec![0.0; cols];
+                    dequant_scaled_isa(isa, WFormat::I4, &row, &scales, block, &mut out);
+                    let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want, "{isa:?} scale {scale:e} block {block}");
                 }
             }
         }

@@ -519,7 +519,7 @@ mod x86 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(crate) mod avx2;
 
 #[cfg(test)]
 mod tests;

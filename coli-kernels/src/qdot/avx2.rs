@@ -14,7 +14,7 @@ use std::arch::x86_64::*;
 /// 2^31 with four significant bits, so `cvtdq2ps` is exact; the caller's scales carry
 /// the `16^-j` ([`int4_lane_scales`]).
 #[inline(always)]
-unsafe fn int4x8(p: *const u8) -> __m256 {
+pub(crate) unsafe fn int4x8(p: *const u8) -> __m256 {
     let word = _mm256_set1_epi32(p.cast::<i32>().read_unaligned());
     let mask = _mm256_setr_epi32(
         0xF,
@@ -43,7 +43,7 @@ unsafe fn int4x8(p: *const u8) -> __m256 {
 /// `(v * 16^j) * (s * 16^-j)` is the same real product as `v * s`, so it rounds to the
 /// same f32 whenever `s * 16^-j` is exact ([`int4_scales_exact`] says when).
 #[inline(always)]
-unsafe fn int4_lane_scales(s: f32) -> __m256 {
+pub(crate) unsafe fn int4_lane_scales(s: f32) -> __m256 {
     let f = |j: i32| f32::from_bits(((127 - 4 * j) as u32) << 23);
     _mm256_mul_ps(
         _mm256_set1_ps(s),
@@ -57,9 +57,17 @@ unsafe fn int4_lane_scales(s: f32) -> __m256 {
 /// without an early exit, so it vectorizes.
 #[inline(always)]
 fn int4_scales_exact(scales: &[f32]) -> bool {
+    scales
+        .iter()
+        .fold(0u32, |m, &s| m | !int4_scale_exact(s) as u32)
+        == 0
+}
+
+/// [`int4_scales_exact`] of one scale.
+#[inline(always)]
+pub(crate) fn int4_scale_exact(s: f32) -> bool {
     const MIN: u32 = (127 - 126 + 28) << 23;
-    let small = |s: f32| (s.to_bits() & 0x7FFF_FFFF).wrapping_sub(1) < MIN - 1;
-    scales.iter().fold(0u32, |m, &s| m | small(s) as u32) == 0
+    (s.to_bits() & 0x7FFF_FFFF).wrapping_sub(1) >= MIN - 1
 }
 
 /// 2^120: the exponent correction of AVX2's route straight to f32 ([`e4m3x8`]), folded
