@@ -247,10 +247,17 @@ fn rows_block(isa: Isa, m: &MatRef, xs: &[f32], n_tok: usize, r0: usize, r1: usi
 
 /// Tokens up to which a scaled matrix runs the fused kernels, token by token; past this
 /// many, dequantizing four rows once and sharing them across the tokens costs less
-/// (`cargo bench -p coli-kernels --bench matvec -- scaled_tokens`, one Zen 5 core, µs for a
-/// 1024 x 2048 expert matrix: int8 3 tokens 128 fused against 138, 4 tokens 171 against
-/// 143; int4 3 tokens 168 against 253, 6 tokens 318 against 258).
-const FUSED_MAX_TOKENS: usize = 3;
+/// (`cargo bench -p coli-kernels --bench matvec -- scaled_tokens`, µs for a 1024 x 2048
+/// expert matrix, one core). AVX-512 on Zen 5: int8 3 tokens 128 fused against 138, 4
+/// tokens 171 against 143; int4 3 tokens 168 against 253, 6 tokens 318 against 258.
+/// AVX2 on Zen 2: int8 2 tokens 291 against 423, 3 tokens 421 against 394; int4 2
+/// tokens 482 against 558, 3 tokens 693 against 582. Either path gives the same bits.
+fn fused_max_tokens(isa: Isa) -> usize {
+    match isa {
+        Isa::Avx2 => 2,
+        _ => 3,
+    }
+}
 
 /// Scaled formats. Few tokens (decode): the fused kernels of [`crate::qdot`], four rows at
 /// a time. Many tokens (prefill), or a block layout the fused loop cannot take: four rows
@@ -270,7 +277,7 @@ fn rows_block_scaled(
     if r0 >= r1 {
         return;
     }
-    if n_tok <= FUSED_MAX_TOKENS && qdot::fused_layout(m.fmt, s.block_cols, k) {
+    if n_tok <= fused_max_tokens(isa) && qdot::fused_layout(m.fmt, s.block_cols, k) {
         let cb = k.div_ceil(s.block_cols);
         // The scales of this task's block rows, as f32.
         let first = r0 / s.block_rows;
