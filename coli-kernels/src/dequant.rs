@@ -2,7 +2,8 @@
 //! `stored(c) * scale[c / block_cols]`, one exact conversion and one f32 multiplication.
 //! Elementwise, so every instruction set gives the same bits; the wider paths are the
 //! same code compiled with more vector features (selected at run time), except int4 and
-//! FP4, which have their own vector code (tested against the definition).
+//! FP4 on AVX-512 and int4 on AVX2, which have their own vector code (tested against the
+//! definition).
 
 use crate::cpu::{self, Isa};
 use crate::dot::WFormat;

@@ -68,6 +68,18 @@ fn fp8_rescale(isa: Isa) -> f32 {
     }
 }
 
+/// Whether the vector loop of `isa` gives these scales the reference's bits: FP8 scales
+/// must take [`fp8_rescale`]'s factor ([`fold_fp8_rescale`]), AVX2's int4 scales their
+/// lane factors (`avx2::int4_scales_exact`). Calls that fail take the scalar path.
+fn vector_scales_exact<const R: usize>(isa: Isa, fmt: WFormat, scales: &[&[f32]; R]) -> bool {
+    match (isa, fmt) {
+        (_, WFormat::F8E4M3) => scales.iter().all(|s| fold_fp8_rescale(s, fp8_rescale(isa))),
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, WFormat::I4) => scales.iter().all(|s| avx2::int4_scales_exact(s)),
+        _ => true,
+    }
+}
+
 /// Whether FP8 e4m3 bytes hold a NaN encoding (`S.1111.111`): `(b & 0x7F) + 1` reaches
 /// 0x80 for those bytes only. One pass without an early exit, so it vectorizes; the vector
 /// loops then skip the NaN mapping for rows without any.
@@ -139,12 +151,10 @@ pub fn dot_rows_scaled<const R: usize>(
             "dot: one scale per block"
         );
     }
-    let isa = if fmt == WFormat::F8E4M3
-        && !scales.iter().all(|s| fold_fp8_rescale(s, fp8_rescale(isa)))
-    {
-        Isa::Scalar
-    } else {
+    let isa = if vector_scales_exact(isa, fmt, &scales) {
         isa
+    } else {
+        Isa::Scalar
     };
     match isa {
         #[cfg(target_arch = "x86_64")]

@@ -56,7 +56,7 @@ pub(crate) unsafe fn int4_lane_scales(s: f32) -> __m256 {
 /// would not be a normal f32). In bits; infinities and NaNs lie above the bound. One pass
 /// without an early exit, so it vectorizes.
 #[inline(always)]
-fn int4_scales_exact(scales: &[f32]) -> bool {
+pub(super) fn int4_scales_exact(scales: &[f32]) -> bool {
     scales
         .iter()
         .fold(0u32, |m, &s| m | !int4_scale_exact(s) as u32)
@@ -148,7 +148,6 @@ pub(super) unsafe fn dot_rows_scaled_avx2<const R: usize>(
     let lines = (R * fmt.row_bytes(LANES)).div_ceil(64);
     let main = x.len() / LANES * LANES;
     let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
-    let mut redo = [false; R];
     let xp = x.as_ptr();
     let bcast = |s: f32| _mm256_set1_ps(s);
     // Each 16-element chunk: the two 8-lane halves of every row, as i32 lanes.
@@ -185,11 +184,7 @@ pub(super) unsafe fn dot_rows_scaled_avx2<const R: usize>(
             while r < R {
                 let part = &next[(r / 2 * share).min(next.len())..];
                 let part = &part[..share.min(part.len())];
-                let k = if r + 2 <= R { 2 } else { 1 };
-                // Rows with a scale the lane factors would round take the reference.
-                if !scales[r..r + k].iter().all(|s| int4_scales_exact(s)) {
-                    redo[r..r + k].fill(true);
-                } else if k == 2 {
+                if r + 2 <= R {
                     let pair = int4_rows(
                         [rows[r], rows[r + 1]],
                         [scales[r], scales[r + 1]],
@@ -199,10 +194,11 @@ pub(super) unsafe fn dot_rows_scaled_avx2<const R: usize>(
                         main,
                     );
                     (acc[r], acc[r + 1]) = (pair[0], pair[1]);
+                    r += 2;
                 } else {
                     acc[r] = int4_rows([rows[r]], [scales[r]], bc, x, part, main)[0];
+                    r += 1;
                 }
-                r += k;
             }
         }
         WFormat::F8E4M3 => {
@@ -256,10 +252,6 @@ pub(super) unsafe fn dot_rows_scaled_avx2<const R: usize>(
     }
     let mut out = [0.0; R];
     for r in 0..R {
-        if redo[r] {
-            out[r] = super::dot_scaled_scalar(fmt, rows[r], scales[r], bc, x);
-            continue;
-        }
         if main == x.len() {
             out[r] = reduce16_avx2(acc[r].0, acc[r].1);
             continue;
