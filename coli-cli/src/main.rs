@@ -121,9 +121,9 @@ fn main() -> ExitCode {
 /// `--fast-int8`: switches the kernels' fast mode on for this process, on a CPU that has
 /// its instructions.
 fn fast_int8() -> Result<(), String> {
-    if !coli_kernels::fast::vnni_available() {
+    if !coli_kernels::fast::kernels_available() {
         return Err(
-            "--fast-int8 needs AVX-512 with VNNI (avx512f, avx512bw, avx512vnni), which this CPU lacks; run without it (exact mode)".into(),
+            "--fast-int8 needs AVX2 with FMA, or AVX-512 with VNNI (avx512f, avx512bw, avx512vnni), which this CPU lacks; run without it (exact mode)".into(),
         );
     }
     coli_kernels::fast::set_int8_activations(true);

@@ -170,9 +170,9 @@ fn bench_scaled_tokens(c: &mut Criterion) {
             g.bench_function(format!("{fmt:?}/{n_tok}"), |b| {
                 pool.install(|| b.iter(|| matmul_isa(isa, &m, &xs, n_tok, &mut out)))
             });
-            // The optional fast mode (int8 activations, VNNI; not exact), quantization of
-            // the activations included.
-            if coli_kernels::fast::vnni_available() {
+            // The optional fast mode (int8 activations, VNNI or AVX2; not exact),
+            // quantization of the activations included.
+            if coli_kernels::fast::kernels_available() {
                 g.bench_function(format!("{fmt:?}/{n_tok}/fast-int8"), |b| {
                     pool.install(|| {
                         b.iter(|| {

@@ -1,6 +1,6 @@
 //! The optional fast mode, never the default: int8 activations against int8 and int4
-//! weights, multiplied in integers with AVX-512 VNNI (`vpdpbusd`), as llama.cpp's Q8_0
-//! path does.
+//! weights, multiplied in integers with AVX-512 VNNI (`vpdpbusd`), or on AVX2 with
+//! `vpmaddubsw` and `vpmaddwd` (`fast/avx2.rs`), as llama.cpp's Q8_0 path does.
 //!
 //! **Not token-exact.** The activations are rounded to int8 (one scale per block of
 //! [`act_block`] elements, `d = max|x| / 127`, `q = round(x / d)`, ties to even), so the
@@ -51,8 +51,26 @@ pub fn int8_activations() -> bool {
     INT8_ACTIVATIONS.load(Ordering::Relaxed)
 }
 
-/// Whether this CPU has the instructions of the fast kernels (AVX-512 F, BW and VNNI).
-/// Without them the fast mode still computes the same results, in scalar code, slowly.
+/// Whether this CPU has a vector kernel for the fast mode: [`vnni_available`] or
+/// [`avx2_available`]. Without one the fast mode still computes the same results, in
+/// scalar code, slowly.
+pub fn kernels_available() -> bool {
+    vnni_available() || avx2_available()
+}
+
+/// Whether this CPU has the instructions of the AVX2 fast kernel (AVX2 and FMA).
+pub fn avx2_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this CPU has the instructions of the VNNI fast kernel (AVX-512 F, BW and VNNI).
 pub fn vnni_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -334,6 +352,11 @@ pub fn dot_block<const R: usize, const T: usize>(
         // the loads rely on.
         return unsafe { x86::dot_block_vnni(rows, scales, block_cols, acts, next) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if T > 0 && avx2_available() {
+        // SAFETY: the CPU has AVX2 and FMA (checked); `check` validated the lengths.
+        return unsafe { avx2::dot_block_avx2(rows, scales, block_cols, acts, next) };
+    }
     let _ = next;
     acts.map(|a| dot_rows_scalar(rows, scales, block_cols, a))
 }
@@ -353,6 +376,9 @@ fn check<const R: usize>(rows: &[&[u8]; R], scales: &[&[f32]; R], block_cols: us
         );
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {

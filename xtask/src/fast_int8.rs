@@ -80,8 +80,10 @@ pub fn fast_int8() -> ExitCode {
         "fast mode (--fast-int8): int8 activations on int8/int4 weights, {}",
         if fast::vnni_available() {
             "AVX-512 VNNI kernels"
+        } else if fast::avx2_available() {
+            "AVX2 kernels"
         } else {
-            "this CPU lacks VNNI: the scalar definition (same numbers, slowly)"
+            "this CPU has neither VNNI nor AVX2: the scalar definition (same numbers, slowly)"
         }
     );
     println!("teacher-forced top-1 agreement with transformers (tf_pred); exact vs fast; largest logit difference between the modes, relative to the row's largest logit\n");

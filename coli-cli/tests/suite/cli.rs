@@ -178,7 +178,7 @@ fn eval_logits(name: &str, extra: &[&str]) -> Result<(Value, Vec<f32>), String> 
 #[test]
 fn fast_int8_is_opt_in_and_stays_near_the_reference() {
     let Ok(_) = eval_logits("olmoe_int4_container", &["--fast-int8"]).map_err(|e| {
-        // A CPU without AVX-512 VNNI refuses the flag, saying why.
+        // A CPU with neither AVX2 nor AVX-512 VNNI refuses the flag, saying why.
         assert!(e.contains("VNNI"), "{e}");
     }) else {
         return;

@@ -109,7 +109,7 @@ proptest! {
     /// The vector kernel gives the scalar definition's bits, 4 rows and 1, int8 and
     /// int4, block widths of 64, 128 and the whole row.
     #[test]
-    fn vnni_matches_the_scalar_definition_bit_for_bit(
+    fn vector_kernels_match_the_scalar_definition_bit_for_bit(
         chunks in 1usize..40,
         blocks in 0usize..3,
         seed in any::<u64>(),
@@ -128,6 +128,14 @@ proptest! {
             // `dot_rows` above on the same inputs).
             let v = unsafe { super::x86::dot_block_vnni(r4, s4, bc, [&a], &[]) };
             prop_assert_eq!(v[0].map(f32::to_bits), want);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if avx2_available() {
+            // SAFETY: as above, for AVX2 and FMA.
+            let v = unsafe { super::avx2::dot_block_avx2(r4, s4, bc, [&a], &rows[3]) };
+            prop_assert_eq!(v[0].map(f32::to_bits), want);
+            let v = unsafe { super::avx2::dot_block_avx2([r4[1]], [s4[1]], bc, [&a, &a], &[]) };
+            prop_assert_eq!(v.map(|t| t[0].to_bits()), [want[1], want[1]]);
         }
         // Three tokens in one block: each the definition of its own.
         let (_, _, y) = case(fmt, k, bc, seed ^ 0x5555);
@@ -158,6 +166,64 @@ proptest! {
             let mag: f64 = terms.iter().map(|t| t.abs()).sum();
             let got = dot_rows_scalar([&rows[r][..]], [&scales[r][..]], bc, &a)[0] as f64;
             prop_assert!((got - want).abs() <= 1e-6 * mag + 1e-30, "{} vs {} (mag {})", got, want, mag);
+        }
+    }
+}
+
+/// The extremes of both operands, where a 16-bit pair sum could saturate (`vpmaddubsw`):
+/// int8 weights of -128 and 127, int4 nibbles of 0 and 15, against activations that round
+/// to ±127. Every vector kernel gives the definition's bits, and with one scale block of
+/// 1.0 and activations of exactly ±d·127 the result is the exact integer dot product
+/// (computed here in i64 from the formats' own `load`) times `d`.
+#[test]
+fn extreme_weights_and_activations_do_not_saturate() {
+    for fmt in [WFormat::I8, WFormat::I4] {
+        let k = 256;
+        let bytes = fmt.row_bytes(k);
+        let rows: Vec<Vec<u8>> = [[0x80u8, 0x80], [0x7F, 0x7F], [0x80, 0x7F], [0xFF, 0x00]]
+            .iter()
+            .map(|p| (0..bytes).map(|i| p[(i / 3) % 2]).collect())
+            .collect();
+        let rows: Vec<Vec<u8>> = match fmt {
+            // int4: all nibbles 0 (value -8), all 15 (value 7), and mixes.
+            WFormat::I4 => vec![
+                vec![0x00; bytes],
+                vec![0xFF; bytes],
+                vec![0x0F; bytes],
+                rows[3].clone(),
+            ],
+            _ => rows,
+        };
+        let d = 0.5f32;
+        for signs in [[1.0f32, 1.0], [-1.0, -1.0], [1.0, -1.0]] {
+            let x: Vec<f32> = (0..k).map(|i| signs[(i / 5) % 2] * d * 127.0).collect();
+            let a = Int8Acts::quantize(fmt, &x).expect("finite");
+            let ones = [1.0f32; 1];
+            let r4 = [&rows[0][..], &rows[1], &rows[2], &rows[3]];
+            let s4 = [&ones[..]; 4];
+            let want = dot_rows_scalar(r4, s4, k, &a);
+            for r in 0..4 {
+                let exact: i64 = (0..k)
+                    .map(|i| fmt.load(&rows[r], i) as i64 * (signs[(i / 5) % 2] as i64) * 127)
+                    .sum();
+                assert_eq!(want[r], exact as f32 * d, "{fmt:?} row {r} signs {signs:?}");
+            }
+            let got = dot_rows(r4, s4, k, &a, &[]);
+            assert_eq!(
+                got.map(f32::to_bits),
+                want.map(f32::to_bits),
+                "{fmt:?} {signs:?}"
+            );
+            #[cfg(target_arch = "x86_64")]
+            if avx2_available() {
+                // SAFETY: the CPU has AVX2 and FMA; the lengths are the ones `dot_rows` took.
+                let v = unsafe { super::avx2::dot_block_avx2(r4, s4, k, [&a], &[]) };
+                assert_eq!(
+                    v[0].map(f32::to_bits),
+                    want.map(f32::to_bits),
+                    "{fmt:?} {signs:?}"
+                );
+            }
         }
     }
 }

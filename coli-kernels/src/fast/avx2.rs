@@ -1,0 +1,124 @@
+//! The fast mode on AVX2 (no VNNI): the integer sums of [`super::dot_rows_scalar`] with
+//! `vpmaddubsw` (unsigned bytes times signed bytes, adjacent pairs added into 16 bits)
+//! and `vpmaddwd` against ones (adjacent 16-bit pairs added into 32 bits), so each 32-bit
+//! lane of a 32-byte step holds the sum of four products, positions `4l..4l + 4`, as the
+//! definition's lanes do. The float work per group is the definition's.
+//!
+//! `vpmaddubsw` saturates its 16-bit pair sums, so the operands must keep them below
+//! 2^15. int4 nibbles (0..=15) times activations (|q| ≤ 127) reach 3,810: the nibbles
+//! are multiplied as stored and the group starts from the precomputed correction, as in
+//! the definition. int8 weights read with their offset (`w + 128`, up to 255) could reach
+//! 64,770, so they are multiplied signed instead: `|w|` (0..=128, unsigned) times `q`
+//! carrying `w`'s sign (`vpsignb`; |q| ≤ 127 never overflows when negated), at most
+//! 32,512 per pair. That computes `Σ w·q` exactly, the integer the definition's
+//! `neg + Σ (w + 128)·q` equals (`neg = −128·Σ q`), so the group starts from zero.
+
+use super::{Int8Acts, CHUNK};
+use crate::dot::x86::{prefetch_next, reduce16_avx2};
+use crate::dot::{WFormat, LANES};
+use std::arch::x86_64::*;
+
+/// Four-product lane sums of 32 unsigned bytes `w` with 32 signed bytes `q`.
+#[inline(always)]
+unsafe fn lane_sums(w: __m256i, q: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(w, q), _mm256_set1_epi16(1))
+}
+
+/// The vector form of [`super::dot_rows_scalar`] for `R` rows and `T` tokens on AVX2:
+/// each chunk of weights is loaded once for all tokens.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA, and the lengths must be those `super::check` accepts.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn dot_block_avx2<const R: usize, const T: usize>(
+    rows: [&[u8]; R],
+    scales: [&[f32]; R],
+    block_cols: usize,
+    acts: [&Int8Acts; T],
+    next: &[u8],
+) -> [[f32; R]; T] {
+    let k = acts[0].len();
+    let fmt = acts[0].fmt;
+    let chunk_bytes = fmt.row_bytes(CHUNK);
+    let lines = (R * chunk_bytes).div_ceil(64);
+    let (group, groups) = (acts[0].group, k / CHUNK / acts[0].group);
+    let low = _mm256_set1_epi8(0x0F);
+    // Accumulators: lanes 0..8 and 8..16 of every token and row.
+    let mut acc = [[(_mm256_setzero_ps(), _mm256_setzero_ps()); R]; T];
+    // Groups per scale block (each group lies in one: `super::takes`), so a row's scale
+    // is looked up once per block, by counting rather than dividing.
+    let per_block = if block_cols >= k {
+        groups
+    } else {
+        block_cols / (group * CHUNK)
+    };
+    let mut ws = [_mm256_setzero_ps(); R];
+    let (mut block, mut left) = (0, 0);
+    for g in 0..groups {
+        if left == 0 {
+            for r in 0..R {
+                ws[r] = _mm256_set1_ps(scales[r][block]);
+            }
+            (block, left) = (block + 1, per_block);
+        }
+        left -= 1;
+        let mut sum = [[(_mm256_setzero_si256(), _mm256_setzero_si256()); R]; T];
+        if fmt == WFormat::I4 {
+            for t in 0..T {
+                let np = acts[t].neg.as_ptr().add(g * LANES);
+                let neg = (
+                    _mm256_loadu_si256(np.cast()),
+                    _mm256_loadu_si256(np.add(8).cast()),
+                );
+                sum[t] = [neg; R];
+            }
+        }
+        for c in g * group..(g + 1) * group {
+            prefetch_next(next, c * LANES, lines);
+            for r in 0..R {
+                let p = rows[r].as_ptr().add(c * chunk_bytes);
+                if fmt == WFormat::I4 {
+                    // 32 bytes: the low nibbles are positions 0..32, the high ones 32..64.
+                    let b = _mm256_loadu_si256(p.cast());
+                    let lo = _mm256_and_si256(b, low);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(b), low);
+                    for t in 0..T {
+                        let qp = acts[t].q.as_ptr().add(c * CHUNK);
+                        let q0 = _mm256_loadu_si256(qp.cast());
+                        let q1 = _mm256_loadu_si256(qp.add(32).cast());
+                        sum[t][r].0 = _mm256_add_epi32(sum[t][r].0, lane_sums(lo, q0));
+                        sum[t][r].1 = _mm256_add_epi32(sum[t][r].1, lane_sums(hi, q1));
+                    }
+                } else {
+                    let w0 = _mm256_loadu_si256(p.cast());
+                    let w1 = _mm256_loadu_si256(p.add(32).cast());
+                    let (a0, a1) = (_mm256_abs_epi8(w0), _mm256_abs_epi8(w1));
+                    for t in 0..T {
+                        let qp = acts[t].q.as_ptr().add(c * CHUNK);
+                        let q0 = _mm256_sign_epi8(_mm256_loadu_si256(qp.cast()), w0);
+                        let q1 = _mm256_sign_epi8(_mm256_loadu_si256(qp.add(32).cast()), w1);
+                        sum[t][r].0 = _mm256_add_epi32(sum[t][r].0, lane_sums(a0, q0));
+                        sum[t][r].1 = _mm256_add_epi32(sum[t][r].1, lane_sums(a1, q1));
+                    }
+                }
+            }
+        }
+        for t in 0..T {
+            let dp = acts[t].d.as_ptr().add(g * LANES);
+            let (d0, d1) = (_mm256_loadu_ps(dp), _mm256_loadu_ps(dp.add(8)));
+            for r in 0..R {
+                let (s0, s1) = (_mm256_mul_ps(d0, ws[r]), _mm256_mul_ps(d1, ws[r]));
+                let (a0, a1) = &mut acc[t][r];
+                *a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t][r].0), s0, *a0);
+                *a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t][r].1), s1, *a1);
+            }
+        }
+    }
+    let mut out = [[0.0f32; R]; T];
+    for t in 0..T {
+        for r in 0..R {
+            out[t][r] = reduce16_avx2(acc[t][r].0, acc[t][r].1);
+        }
+    }
+    out
+}
