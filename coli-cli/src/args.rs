@@ -126,8 +126,9 @@ pub(crate) struct ModelArg {
     #[arg(long, env = "COLI_NO_USAGE", value_parser = clap::builder::FalseyValueParser::new())]
     pub(crate) no_usage: bool,
     /// Fast mode, never the default and not token-exact: int8 activations against int8
-    /// and int4 weights, multiplied with AVX-512 VNNI as llama.cpp's Q8_0 path does.
-    /// `cargo xtask fast-int8` prints its teacher-forced agreement with transformers.
+    /// and int4 weights, multiplied in integers (AVX-512 VNNI, or AVX2) as llama.cpp's
+    /// Q8_0 path does. `cargo xtask fast-int8` prints its teacher-forced agreement with
+    /// transformers. With AVX2 alone it speeds decode but slows long prompts' prefill.
     #[arg(long)]
     pub(crate) fast_int8: bool,
 }

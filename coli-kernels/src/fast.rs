@@ -354,8 +354,19 @@ pub fn dot_block<const R: usize, const T: usize>(
     }
     #[cfg(target_arch = "x86_64")]
     if T > 0 && avx2_available() {
-        // SAFETY: the CPU has AVX2 and FMA (checked); `check` validated the lengths.
-        return unsafe { avx2::dot_block_avx2(rows, scales, block_cols, acts, next) };
+        // One token at a time: the kernel's accumulators for several would not fit in
+        // AVX2's sixteen registers (criterion: 3 tokens together took longer than three
+        // alone). The rows that follow are prefetched during the first token's pass.
+        let mut first = true;
+        return acts.map(|a| {
+            let nx = if std::mem::take(&mut first) {
+                next
+            } else {
+                &[]
+            };
+            // SAFETY: the CPU has AVX2 and FMA (checked); `check` validated the lengths.
+            unsafe { avx2::dot_block_avx2(rows, scales, block_cols, [a], nx)[0] }
+        });
     }
     let _ = next;
     acts.map(|a| dot_rows_scalar(rows, scales, block_cols, a))
