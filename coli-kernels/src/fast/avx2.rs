@@ -39,6 +39,12 @@ pub(super) unsafe fn dot_block_avx2<const R: usize, const T: usize>(
 ) -> [[f32; R]; T] {
     let k = acts[0].len();
     let fmt = acts[0].fmt;
+    if T == 1 && fmt == WFormat::I4 {
+        let v = int4_token(rows, scales, block_cols, acts[0], next);
+        let mut out = [[0.0f32; R]; T];
+        out[0] = v;
+        return out;
+    }
     let chunk_bytes = fmt.row_bytes(CHUNK);
     let lines = (R * chunk_bytes).div_ceil(64);
     let (group, groups) = (acts[0].group, k / CHUNK / acts[0].group);
@@ -119,6 +125,74 @@ pub(super) unsafe fn dot_block_avx2<const R: usize, const T: usize>(
         for r in 0..R {
             out[t][r] = reduce16_avx2(acc[t][r].0, acc[t][r].1);
         }
+    }
+    out
+}
+
+/// [`dot_block_avx2`] of int4 rows with one token: a group is one chunk, so each row's
+/// lane sums become f32 as soon as they are formed, and only the accumulators persist.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn int4_token<const R: usize>(
+    rows: [&[u8]; R],
+    scales: [&[f32]; R],
+    block_cols: usize,
+    a: &Int8Acts,
+    next: &[u8],
+) -> [f32; R] {
+    let k = a.len();
+    let groups = k / CHUNK;
+    let lines = (R * CHUNK / 2).div_ceil(64);
+    let low = _mm256_set1_epi8(0x0F);
+    let (qp, np, dp) = (a.q.as_ptr(), a.neg.as_ptr(), a.d.as_ptr());
+    let per_block = if block_cols >= k {
+        groups
+    } else {
+        block_cols / CHUNK
+    };
+    let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
+    let mut sp = [std::ptr::null::<f32>(); R];
+    let mut rp = [std::ptr::null::<u8>(); R];
+    for r in 0..R {
+        (sp[r], rp[r]) = (scales[r].as_ptr(), rows[r].as_ptr());
+    }
+    let mut left = per_block;
+    for g in 0..groups {
+        prefetch_next(next, g * LANES, lines);
+        let (n0, n1) = (
+            _mm256_loadu_si256(np.add(g * LANES).cast()),
+            _mm256_loadu_si256(np.add(g * LANES + 8).cast()),
+        );
+        let (q0, q1) = (
+            _mm256_loadu_si256(qp.add(g * CHUNK).cast()),
+            _mm256_loadu_si256(qp.add(g * CHUNK + 32).cast()),
+        );
+        let (d0, d1) = (
+            _mm256_loadu_ps(dp.add(g * LANES)),
+            _mm256_loadu_ps(dp.add(g * LANES + 8)),
+        );
+        for r in 0..R {
+            let b = _mm256_loadu_si256(rp[r].add(g * CHUNK / 2).cast());
+            let lo = _mm256_and_si256(b, low);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(b), low);
+            let s0 = _mm256_add_epi32(n0, lane_sums(lo, q0));
+            let s1 = _mm256_add_epi32(n1, lane_sums(hi, q1));
+            let w = _mm256_broadcast_ss(&*sp[r]);
+            let (a0, a1) = &mut acc[r];
+            *a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(d0, w), *a0);
+            *a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(d1, w), *a1);
+        }
+        left -= 1;
+        if left == 0 {
+            for p in &mut sp {
+                *p = p.add(1);
+            }
+            left = per_block;
+        }
+    }
+    let mut out = [0.0f32; R];
+    for r in 0..R {
+        out[r] = reduce16_avx2(acc[r].0, acc[r].1);
     }
     out
 }
