@@ -184,6 +184,39 @@ impl TensorView {
         Ok(out)
     }
 
+    /// `dst.len()` bytes from `start` bytes into the tensor, read as
+    /// [`TensorView::read_bytes`] does (the resident copy, else `pread`, never the
+    /// mapping); a range outside the tensor is an error too.
+    pub fn read_at(&self, start: usize, dst: &mut [u8]) -> Result<()> {
+        let end = start
+            .checked_add(dst.len())
+            .filter(|&e| e <= self.range.len())
+            .ok_or_else(|| {
+                CoreError::io(
+                    &self.file,
+                    std::io::Error::other(format!(
+                        "{}: bytes {start}..+{} lie outside its {} bytes",
+                        self.name,
+                        dst.len(),
+                        self.range.len()
+                    )),
+                )
+            })?;
+        if self.resident {
+            dst.copy_from_slice(&self.bytes()[start..end]);
+            return Ok(());
+        }
+        std::os::unix::fs::FileExt::read_exact_at(
+            &*self.handle,
+            dst,
+            self.file_offset + start as u64,
+        )
+        .map_err(|e| {
+            let what = format!("reading {} (bytes {start}..{end}): {e}", self.name);
+            CoreError::io(&self.file, std::io::Error::new(e.kind(), what))
+        })
+    }
+
     /// All elements converted to f32 (read as [`TensorView::read_bytes`] does).
     pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
         let dtype = self.dtype()?;

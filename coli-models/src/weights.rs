@@ -523,6 +523,28 @@ impl Linear {
     pub fn row_f32(&self, r: usize, out: &mut [f32]) {
         self.mat().dequant_row(r, out)
     }
+
+    /// [`Linear::row_f32`] that reads a matrix left in the shard mapping (an untied
+    /// embedding table: `Transformer::embedding_stays_mapped`) with `pread`, so a shard
+    /// truncated since load is an error naming it, never a SIGBUS. The row's bytes go
+    /// through a per-thread buffer that grows once.
+    pub fn embed_row(&self, r: usize, out: &mut [f32]) -> Result<()> {
+        if self.view.is_resident() || self.scales.is_some() || self.transposed {
+            self.row_f32(r, out);
+            return Ok(());
+        }
+        thread_local! {
+            static ROW: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let bytes = self.fmt.row_bytes(self.cols);
+        ROW.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            buf.resize(bytes, 0);
+            self.view.read_at(r * bytes, &mut buf)?;
+            MatRef::new(self.fmt, &buf, 1, self.cols).dequant_row(0, out);
+            Ok(())
+        })
+    }
 }
 
 /// Expert `e`'s row of `{name}_bias` `[n_experts, rows]` (gpt-oss keeps its experts'

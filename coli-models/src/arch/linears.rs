@@ -114,16 +114,35 @@ impl Transformer {
     /// Copies the dense weights into resident anonymous memory (huge pages where granted).
     /// Same bytes, same results; only the memory they are read from changes. Routed experts
     /// stay where they are: placing them is the expert store's job, not a blanket copy.
+    /// So does an embedding table the head does not share ([`Transformer::embedding_stays_mapped`]).
     pub fn make_resident(&mut self) -> crate::error::Result<()> {
         self.copy_resident(false)
     }
 
+    /// Whether the embedding table stays in the shard mapping when the dense weights are
+    /// made resident: it is read one row per token, so a copy would cost its whole size in
+    /// RAM and load time and speed nothing up (rows are read with `pread`:
+    /// [`Linear::embed_row`]). It is copied when the head reads the same bytes (tied
+    /// weights, streamed whole every token), when it is stored input-major (a copy is where
+    /// it gets transposed) or when it has block scales.
+    pub fn embedding_stays_mapped(&self) -> bool {
+        let (e, h) = (self.embed_tokens.view(), self.lm_head.view());
+        !self.embed_tokens.is_transposed()
+            && self.embed_tokens.scale_view().is_none()
+            && (e.file != h.file || e.file_range() != h.file_range())
+    }
+
     /// Copies the routed experts (`experts`) or every other matrix into resident memory.
     pub(crate) fn copy_resident(&mut self, experts: bool) -> crate::error::Result<()> {
+        let embedding_mapped = self.embedding_stays_mapped();
         let mut linears: Vec<&mut Linear> = self
             .linears_mut()
             .into_iter()
-            .filter(|(r, _)| matches!(r, LinearRole::Expert { .. }) == experts)
+            .filter(|(r, _)| match r {
+                LinearRole::Expert { .. } => experts,
+                LinearRole::Embedding => !experts && !embedding_mapped,
+                _ => !experts,
+            })
             .map(|(_, l)| l)
             .collect();
         // The matrices, then the scales left where they lie (DeepSeek-V4's FP4 experts).

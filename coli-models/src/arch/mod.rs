@@ -180,7 +180,7 @@ impl Transformer {
         assert!(end <= kv.capacity, "forward past the KV capacity");
         let rows = if logits == LogitsFor::All { n } else { 1 };
         self.reserve(s, n, end, rows);
-        self.embed(tokens, s);
+        self.embed(tokens, s)?;
         self.run_layers(tokens, start, positions, s, |mixer, step, s| match mixer {
             Mixer::Gqa(a) => a.forward(step, kv, s),
             Mixer::Mla(m) => m.forward(step, kv, s),
@@ -220,7 +220,7 @@ impl Transformer {
         }
         let ctx = starts.iter().map(|p| p + 1).max().unwrap_or(1);
         self.reserve(s, n, ctx, n);
-        self.embed(tokens, s);
+        self.embed(tokens, s)?;
         let mut rows = std::mem::take(&mut s.rows);
         if self
             .layers
@@ -268,17 +268,18 @@ impl Transformer {
         Ok(())
     }
 
-    fn embed(&self, tokens: &[u32], s: &mut Scratch) {
+    fn embed(&self, tokens: &[u32], s: &mut Scratch) -> crate::error::Result<()> {
         let h = self.info.hidden_size;
         let streams = self.streams();
         for (t, &tok) in tokens.iter().enumerate() {
             let row = &mut s.x[t * streams * h..(t + 1) * streams * h];
-            self.embed_tokens.row_f32(tok as usize, &mut row[..h]);
+            self.embed_tokens.embed_row(tok as usize, &mut row[..h])?;
             // Hyper-connections: every stream starts as the embedding.
             for k in 1..streams {
                 row.copy_within(..h, k * h);
             }
         }
+        Ok(())
     }
 
     /// Residual streams per token (1 without hyper-connections).

@@ -150,7 +150,7 @@ impl Mtp {
         assert!(end <= kv.capacity, "MTP forward past its KV capacity");
         let rows = if logits == LogitsFor::All { n } else { 1 };
         b.reserve(s, n, end, rows);
-        b.embed(next, s);
+        b.embed(next, s)?;
         input.clear();
         input.resize(n * 2 * h, 0.0);
         for (r, row) in input.chunks_exact_mut(2 * h).enumerate() {

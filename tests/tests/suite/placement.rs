@@ -132,12 +132,46 @@ fn a_shard_truncated_mid_run_is_a_clear_error() {
             .find_map(|i| s.forward(&[r.ids()[4 + i]], false).err())
             .expect("a read past the end must fail");
         let msg = err.to_string();
+        // The first read to fail is an expert's or, since the untied embedding table stays
+        // in the shard (read with pread), the token's embedding row.
         assert!(
-            msg.contains("expert store: reading expert") && msg.contains(".safetensors"),
+            (msg.contains("expert store: reading expert")
+                || msg.contains("reading model.embed_tokens.weight"))
+                && msg.contains(".safetensors"),
             "{msg}"
         );
         for (path, bytes) in saved {
             std::fs::write(path, bytes).unwrap();
+        }
+    }
+}
+
+/// An untied embedding table is left in the shard (one row read per token), the head and
+/// the other dense matrices are copied into resident memory; a table the head shares (tied
+/// weights) is copied. The results are the oracle's either way (the oracle suite).
+#[test]
+fn the_untied_embedding_table_stays_in_the_shard() {
+    for (name, tied) in [
+        ("llama_gqa", false),
+        ("olmoe_gqa_clip", false),
+        ("llama_tied_mha", true),
+    ] {
+        let r = Reference::load(name);
+        let m = coli_models::load(&r.dir).unwrap();
+        assert_eq!(m.embedding_stays_mapped(), !tied, "{name}");
+        assert_eq!(m.embed_tokens.view().is_resident(), tied, "{name}");
+        assert!(m.lm_head.view().is_resident(), "{name}: head");
+        let l0 = &m.layers[0];
+        if let coli_models::arch::Mixer::Gqa(a) = &l0.attn {
+            assert!(a.q_proj.view().is_resident(), "{name}: q_proj");
+        }
+        // Rows read from the shard equal the rows of the mapping's bytes.
+        let h = m.info.hidden_size;
+        let (mut got, mut want) = (vec![0.0; h], vec![0.0; h]);
+        for tok in [0, 1, r.vocab() - 1] {
+            m.embed_tokens.embed_row(tok, &mut got).unwrap();
+            m.embed_tokens.row_f32(tok, &mut want);
+            assert_eq!(got, want, "{name}: row {tok}");
         }
     }
 }
@@ -180,15 +214,23 @@ fn an_in_place_expert_past_a_truncated_end_is_a_clear_error() {
     };
     m.place_experts(dir, &p).unwrap();
     assert!(m.store.as_ref().unwrap().in_place());
+    // The shard with the embedding table (read first, with pread) stays whole, so the
+    // forward gets as far as the experts of the other shards.
+    let embed_shard = m.embed_tokens.view().file.file_name().unwrap().to_owned();
+    let mut cut = 0;
     for e in std::fs::read_dir(dir).unwrap() {
         let path = e.unwrap().path();
-        if path.extension().is_some_and(|x| x == "safetensors") {
+        if path.extension().is_some_and(|x| x == "safetensors")
+            && path.file_name().unwrap() != embed_shard
+        {
+            cut += 1;
             let bytes = std::fs::read(&path).unwrap();
             let h = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
             let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
             f.set_len((8 + h) as u64).unwrap();
         }
     }
+    assert!(cut >= 1, "no shard but the embedding's to cut");
     let mut s = coli_models::Session::new(&m, 64);
     let msg = s.forward(&r.ids()[..4], false).unwrap_err().to_string();
     assert!(
