@@ -354,18 +354,12 @@ pub fn dot_block<const R: usize, const T: usize>(
     }
     #[cfg(target_arch = "x86_64")]
     if T > 0 && avx2_available() {
-        // One token at a time: the kernel's accumulators for several would not fit in
-        // AVX2's sixteen registers (criterion: 3 tokens together took longer than three
-        // alone). The rows that follow are prefetched during the first token's pass.
-        let mut first = true;
-        return acts.map(|a| {
-            let nx = if std::mem::take(&mut first) {
-                next
-            } else {
-                &[]
-            };
+        // One token at a time (`avx2::dot_rows_avx2`); the rows that follow are prefetched
+        // during the first token's pass.
+        return std::array::from_fn(|t| {
+            let nx = if t == 0 { next } else { &[] };
             // SAFETY: the CPU has AVX2 and FMA (checked); `check` validated the lengths.
-            unsafe { avx2::dot_block_avx2(rows, scales, block_cols, [a], nx)[0] }
+            unsafe { avx2::dot_rows_avx2(rows, scales, block_cols, acts[t], nx) }
         });
     }
     let _ = next;

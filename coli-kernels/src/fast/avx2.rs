@@ -24,40 +24,55 @@ unsafe fn lane_sums(w: __m256i, q: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(w, q), _mm256_set1_epi16(1))
 }
 
-/// The vector form of [`super::dot_rows_scalar`] for `R` rows and `T` tokens on AVX2:
-/// each chunk of weights is loaded once for all tokens.
+/// The vector form of [`super::dot_rows_scalar`] for `R` rows and one token on AVX2 (the
+/// caller runs several tokens one at a time: their accumulators together would not fit
+/// in the sixteen registers).
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA, and the lengths must be those `super::check` accepts.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn dot_block_avx2<const R: usize, const T: usize>(
+pub(super) unsafe fn dot_rows_avx2<const R: usize>(
     rows: [&[u8]; R],
     scales: [&[f32]; R],
     block_cols: usize,
-    acts: [&Int8Acts; T],
+    a: &Int8Acts,
     next: &[u8],
-) -> [[f32; R]; T] {
-    let k = acts[0].len();
-    let fmt = acts[0].fmt;
-    if T == 1 && fmt == WFormat::I4 {
-        let v = int4_token(rows, scales, block_cols, acts[0], next);
-        let mut out = [[0.0f32; R]; T];
-        out[0] = v;
-        return out;
-    }
-    let chunk_bytes = fmt.row_bytes(CHUNK);
-    let lines = (R * chunk_bytes).div_ceil(64);
-    let (group, groups) = (acts[0].group, k / CHUNK / acts[0].group);
-    let low = _mm256_set1_epi8(0x0F);
-    // Accumulators: lanes 0..8 and 8..16 of every token and row.
-    let mut acc = [[(_mm256_setzero_ps(), _mm256_setzero_ps()); R]; T];
-    // Groups per scale block (each group lies in one: `super::takes`), so a row's scale
-    // is looked up once per block, by counting rather than dividing.
-    let per_block = if block_cols >= k {
-        groups
+) -> [f32; R] {
+    if a.fmt == WFormat::I4 {
+        int4_token(rows, scales, block_cols, a, next)
     } else {
-        block_cols / (group * CHUNK)
-    };
+        int8_token(rows, scales, block_cols, a, next)
+    }
+}
+
+/// Groups per scale block, each group of `span` columns lying in one block
+/// (`super::takes`): the loops step to the next scale by counting, not dividing.
+fn groups_per_block(block_cols: usize, k: usize, span: usize) -> usize {
+    if block_cols >= k {
+        k / span
+    } else {
+        block_cols / span
+    }
+}
+
+/// int8 rows with one token: a group's chunks are summed in 32-bit lanes for all rows,
+/// then scaled once.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn int8_token<const R: usize>(
+    rows: [&[u8]; R],
+    scales: [&[f32]; R],
+    block_cols: usize,
+    a: &Int8Acts,
+    next: &[u8],
+) -> [f32; R] {
+    let k = a.len();
+    // Cache lines of `next` per chunk step, counted as `prefetch_next` does per LANES.
+    let lines = (R * CHUNK).div_ceil(64);
+    let (group, groups) = (a.group, k / CHUNK / a.group);
+    let (qp, dp) = (a.q.as_ptr(), a.d.as_ptr());
+    let per_block = groups_per_block(block_cols, k, group * CHUNK);
+    let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
     let mut ws = [_mm256_setzero_ps(); R];
     let (mut block, mut left) = (0, 0);
     for g in 0..groups {
@@ -68,68 +83,39 @@ pub(super) unsafe fn dot_block_avx2<const R: usize, const T: usize>(
             (block, left) = (block + 1, per_block);
         }
         left -= 1;
-        let mut sum = [[(_mm256_setzero_si256(), _mm256_setzero_si256()); R]; T];
-        if fmt == WFormat::I4 {
-            for t in 0..T {
-                let np = acts[t].neg.as_ptr().add(g * LANES);
-                let neg = (
-                    _mm256_loadu_si256(np.cast()),
-                    _mm256_loadu_si256(np.add(8).cast()),
-                );
-                sum[t] = [neg; R];
-            }
-        }
+        // Σ w·q from zero: the integer the definition's `neg + Σ (w + 128)·q` equals.
+        let mut sum = [(_mm256_setzero_si256(), _mm256_setzero_si256()); R];
         for c in g * group..(g + 1) * group {
             prefetch_next(next, c * LANES, lines);
+            let qc = qp.add(c * CHUNK);
+            let (q0, q1) = (
+                _mm256_loadu_si256(qc.cast()),
+                _mm256_loadu_si256(qc.add(32).cast()),
+            );
             for r in 0..R {
-                let p = rows[r].as_ptr().add(c * chunk_bytes);
-                if fmt == WFormat::I4 {
-                    // 32 bytes: the low nibbles are positions 0..32, the high ones 32..64.
-                    let b = _mm256_loadu_si256(p.cast());
-                    let lo = _mm256_and_si256(b, low);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(b), low);
-                    for t in 0..T {
-                        let qp = acts[t].q.as_ptr().add(c * CHUNK);
-                        let q0 = _mm256_loadu_si256(qp.cast());
-                        let q1 = _mm256_loadu_si256(qp.add(32).cast());
-                        sum[t][r].0 = _mm256_add_epi32(sum[t][r].0, lane_sums(lo, q0));
-                        sum[t][r].1 = _mm256_add_epi32(sum[t][r].1, lane_sums(hi, q1));
-                    }
-                } else {
-                    let w0 = _mm256_loadu_si256(p.cast());
-                    let w1 = _mm256_loadu_si256(p.add(32).cast());
-                    let (a0, a1) = (_mm256_abs_epi8(w0), _mm256_abs_epi8(w1));
-                    for t in 0..T {
-                        let qp = acts[t].q.as_ptr().add(c * CHUNK);
-                        let q0 = _mm256_sign_epi8(_mm256_loadu_si256(qp.cast()), w0);
-                        let q1 = _mm256_sign_epi8(_mm256_loadu_si256(qp.add(32).cast()), w1);
-                        sum[t][r].0 = _mm256_add_epi32(sum[t][r].0, lane_sums(a0, q0));
-                        sum[t][r].1 = _mm256_add_epi32(sum[t][r].1, lane_sums(a1, q1));
-                    }
-                }
+                let p = rows[r].as_ptr().add(c * CHUNK);
+                let w0 = _mm256_loadu_si256(p.cast());
+                let w1 = _mm256_loadu_si256(p.add(32).cast());
+                let l0 = lane_sums(_mm256_abs_epi8(w0), _mm256_sign_epi8(q0, w0));
+                let l1 = lane_sums(_mm256_abs_epi8(w1), _mm256_sign_epi8(q1, w1));
+                sum[r].0 = _mm256_add_epi32(sum[r].0, l0);
+                sum[r].1 = _mm256_add_epi32(sum[r].1, l1);
             }
         }
-        for t in 0..T {
-            let dp = acts[t].d.as_ptr().add(g * LANES);
-            let (d0, d1) = (_mm256_loadu_ps(dp), _mm256_loadu_ps(dp.add(8)));
-            for r in 0..R {
-                let (s0, s1) = (_mm256_mul_ps(d0, ws[r]), _mm256_mul_ps(d1, ws[r]));
-                let (a0, a1) = &mut acc[t][r];
-                *a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t][r].0), s0, *a0);
-                *a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t][r].1), s1, *a1);
-            }
-        }
-    }
-    let mut out = [[0.0f32; R]; T];
-    for t in 0..T {
+        let (d0, d1) = (
+            _mm256_loadu_ps(dp.add(g * LANES)),
+            _mm256_loadu_ps(dp.add(g * LANES + 8)),
+        );
         for r in 0..R {
-            out[t][r] = reduce16_avx2(acc[t][r].0, acc[t][r].1);
+            let (a0, a1) = &mut acc[r];
+            *a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r].0), _mm256_mul_ps(d0, ws[r]), *a0);
+            *a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r].1), _mm256_mul_ps(d1, ws[r]), *a1);
         }
     }
-    out
+    acc.map(|(a0, a1)| reduce16_avx2(a0, a1))
 }
 
-/// [`dot_block_avx2`] of int4 rows with one token: a group is one chunk, so each row's
+/// int4 rows with one token: a group is one chunk, so each row's
 /// lane sums become f32 as soon as they are formed, and only the accumulators persist.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
@@ -145,11 +131,7 @@ unsafe fn int4_token<const R: usize>(
     let lines = (R * CHUNK / 2).div_ceil(64);
     let low = _mm256_set1_epi8(0x0F);
     let (qp, np, dp) = (a.q.as_ptr(), a.neg.as_ptr(), a.d.as_ptr());
-    let per_block = if block_cols >= k {
-        groups
-    } else {
-        block_cols / CHUNK
-    };
+    let per_block = groups_per_block(block_cols, k, CHUNK);
     let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
     let mut sp = [std::ptr::null::<f32>(); R];
     let mut rp = [std::ptr::null::<u8>(); R];
@@ -190,9 +172,5 @@ unsafe fn int4_token<const R: usize>(
             left = per_block;
         }
     }
-    let mut out = [0.0f32; R];
-    for r in 0..R {
-        out[r] = reduce16_avx2(acc[r].0, acc[r].1);
-    }
-    out
+    acc.map(|(a0, a1)| reduce16_avx2(a0, a1))
 }

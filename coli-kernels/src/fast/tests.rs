@@ -132,10 +132,10 @@ proptest! {
         #[cfg(target_arch = "x86_64")]
         if avx2_available() {
             // SAFETY: as above, for AVX2 and FMA.
-            let v = unsafe { super::avx2::dot_block_avx2(r4, s4, bc, [&a], &rows[3]) };
-            prop_assert_eq!(v[0].map(f32::to_bits), want);
-            let v = unsafe { super::avx2::dot_block_avx2([r4[1]], [s4[1]], bc, [&a, &a], &[]) };
-            prop_assert_eq!(v.map(|t| t[0].to_bits()), [want[1], want[1]]);
+            let v = unsafe { super::avx2::dot_rows_avx2(r4, s4, bc, &a, &rows[3]) };
+            prop_assert_eq!(v.map(f32::to_bits), want);
+            let v = unsafe { super::avx2::dot_rows_avx2([r4[1]], [s4[1]], bc, &a, &[]) };
+            prop_assert_eq!(v[0].to_bits(), want[1]);
         }
         // Three tokens in one block: each the definition of its own.
         let (_, _, y) = case(fmt, k, bc, seed ^ 0x5555);
@@ -217,9 +217,9 @@ fn extreme_weights_and_activations_do_not_saturate() {
             #[cfg(target_arch = "x86_64")]
             if avx2_available() {
                 // SAFETY: the CPU has AVX2 and FMA; the lengths are the ones `dot_rows` took.
-                let v = unsafe { super::avx2::dot_block_avx2(r4, s4, k, [&a], &[]) };
+                let v = unsafe { super::avx2::dot_rows_avx2(r4, s4, k, &a, &[]) };
                 assert_eq!(
-                    v[0].map(f32::to_bits),
+                    v.map(f32::to_bits),
                     want.map(f32::to_bits),
                     "{fmt:?} {signs:?}"
                 );
