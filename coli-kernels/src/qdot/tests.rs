@@ -229,6 +229,67 @@ fn int4_scales_the_lane_factors_cannot_take_give_the_reference_bits() {
 }
 
 #[test]
+fn int4_rows_with_one_block_the_lane_factors_cannot_take_give_the_reference_bits() {
+    // One block's scale below AVX2's bound for the lane factors, in one row of the call
+    // or in all five (rows in pairs and alone), the block first, in the middle or last.
+    // The failing block's activations are large, so that its terms weigh as much as the
+    // other blocks' and a wrong rounding of its weights shows in the result.
+    let (n, bc) = (256, 64);
+    let blocks = n / bc;
+    let rows: Vec<Vec<u8>> = (0..5)
+        .map(|r| {
+            (0..n / 2)
+                .map(|i| ((i * 29 + r * 7) as u8) ^ 0xA5)
+                .collect()
+        })
+        .collect();
+    let tiny = 1.0e-33f32; // below 2^-98: the lane factors would round it
+    for bad_block in 0..blocks {
+        let x: Vec<f32> = (0..n)
+            .map(|i| {
+                let v = (i % 23) as f32 * 0.11 - 1.2;
+                if i / bc == bad_block {
+                    v * 1.0e31
+                } else {
+                    v
+                }
+            })
+            .collect();
+        for bad_rows in [0b00001usize, 0b00010, 0b11111] {
+            let scales: Vec<Vec<f32>> = (0..5)
+                .map(|r| {
+                    (0..blocks)
+                        .map(|b| match (b == bad_block, bad_rows >> r & 1 == 1) {
+                            (true, true) => tiny * (1.0 + r as f32 * 0.37),
+                            (true, false) => 4.0e-30 * (1.0 + r as f32 * 0.1),
+                            _ => 0.01 + (r * blocks + b) as f32 * 1e-3,
+                        })
+                        .collect()
+                })
+                .collect();
+            let want: Vec<u32> = (0..5)
+                .map(|r| dot_scaled_scalar(WFormat::I4, &rows[r], &scales[r], bc, &x).to_bits())
+                .collect();
+            let r = |i: usize| &rows[i][..];
+            let s = |i: usize| &scales[i][..];
+            for isa in cpu::available() {
+                let got = dot_rows_scaled(
+                    isa,
+                    WFormat::I4,
+                    [r(0), r(1), r(2), r(3), r(4)],
+                    [s(0), s(1), s(2), s(3), s(4)],
+                    bc,
+                    &x,
+                    &[],
+                );
+                let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{isa:?} block {bad_block} rows {bad_rows:b}");
+            }
+        }
+    }
+}
+
+#[test]
 fn rows_ending_at_an_unmapped_page_are_read_within_their_bytes() {
     // Rows that end where the mapping ends (the last row of a matrix at the end of a
     // file): the vector loops must not read past them (AVX2's int4 loop broadcasts
