@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 pub const SIDECAR: &str = ".coli_analysis.json";
 
 /// Version of the sidecar format (a different version is a miss).
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
 
 /// Full scans run by this process.
 pub static SCANS: AtomicU64 = AtomicU64::new(0);
@@ -75,8 +75,18 @@ pub struct Analysis {
     pub tensor_count: usize,
     /// Bytes of every tensor.
     pub model_bytes: u64,
-    /// Dense (resident) tensors: embeddings, attention, norms, dense MLPs, routers, head.
+    /// Dense tensors: embeddings, attention, norms, dense MLPs, routers, head.
     pub dense_bytes: u64,
+    /// The embedding table's bytes when the head does not read them (an untied table:
+    /// a token reads one row of it), 0 when the head is the same tensor. Part of
+    /// `dense_bytes`.
+    #[serde(default)]
+    pub untied_embedding_bytes: u64,
+    /// Whether the loader leaves that untied table in its shard, read a row at a time,
+    /// instead of copying it into RAM with the other dense weights
+    /// (`Transformer::embedding_stays_mapped`).
+    #[serde(default)]
+    pub embedding_mapped: bool,
     /// Shared experts.
     pub shared_expert_bytes: u64,
     /// DSA indexer.
@@ -108,9 +118,22 @@ impl Analysis {
         lookup(&self.model_type)
     }
 
-    /// Bytes that stay resident: dense, shared experts, indexer.
+    /// Bytes the loader copies into RAM: dense, shared experts, indexer, but an embedding
+    /// table that stays in its shard ([`Analysis::embedding_mapped`]).
     pub fn resident_bytes(&self) -> u64 {
-        self.dense_bytes + self.shared_expert_bytes + self.indexer_bytes
+        let mapped = if self.embedding_mapped {
+            self.untied_embedding_bytes
+        } else {
+            0
+        };
+        (self.dense_bytes + self.shared_expert_bytes + self.indexer_bytes).saturating_sub(mapped)
+    }
+
+    /// Resident-class bytes a decode step reads: dense (the head included), shared
+    /// experts, indexer, but an untied embedding table, of which it reads one row.
+    pub fn resident_read_bytes(&self) -> u64 {
+        (self.dense_bytes + self.shared_expert_bytes + self.indexer_bytes)
+            .saturating_sub(self.untied_embedding_bytes)
     }
 }
 
@@ -282,6 +305,8 @@ fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
         tensor_count: 0,
         model_bytes: 0,
         dense_bytes: 0,
+        untied_embedding_bytes: 0,
+        embedding_mapped: false,
         shared_expert_bytes: 0,
         indexer_bytes: 0,
         mtp_bytes: 0,
@@ -392,5 +417,24 @@ fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
         l.max_expert_bytes = l.max_expert_bytes.max(b);
     }
     a.expert_layers = layers.into_values().collect();
+    (a.untied_embedding_bytes, a.embedding_mapped) = embedding_placement(dir, family, &config);
     Ok(a)
+}
+
+/// The embedding table's bytes when the head does not read them and whether the loader
+/// leaves it in its shard, from the model as the family builds it (headers and views
+/// only: no weight is copied). A model the family cannot build gets the estimate
+/// `vocab_size * hidden_size * 2` (a bf16 table), copied.
+fn embedding_placement(dir: &Path, family: &FamilyDescriptor, config: &RawConfig) -> (u64, bool) {
+    let built = coli_core::ModelDir::open(dir)
+        .map_err(coli_models::ModelError::from)
+        .and_then(|d| (family.load)(&d));
+    match built {
+        Ok(m) => (m.untied_embedding_bytes(), m.embedding_stays_mapped()),
+        Err(_) => {
+            let key = |k: &str| config.value.get(k).and_then(serde_json::Value::as_u64);
+            let bytes = key("vocab_size").unwrap_or(0) * key("hidden_size").unwrap_or(0) * 2;
+            (bytes, false)
+        }
+    }
 }

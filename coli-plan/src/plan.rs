@@ -414,20 +414,9 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan> {
             )
         }
     };
-    let embed_rows = config
-        .value
-        .get("vocab_size")
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(0);
-    let hidden = config
-        .value
-        .get("hidden_size")
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(0);
-    // A decode step reads every resident weight but the embedding table (one row of it).
-    let embed_bytes = embed_rows * hidden * 2;
+    // A decode step reads every resident weight but an untied embedding table (one row).
     let active_experts = (top_k * moe_layers) as u64 * expert_bytes;
-    let ram_per_token = a.resident_bytes().saturating_sub(embed_bytes) + active_experts;
+    let ram_per_token = a.resident_read_bytes() + active_experts;
     let disk_per_token = ((1.0 - hit) * active_experts as f64) as u64;
     let probe = probe(dir, &a, remeasure);
     let t_mem = ram_per_token as f64 / (probe.memory_gb_s * 1e9);
@@ -443,7 +432,7 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan> {
     };
     let resident_total = a.resident_dtype_bytes.values().sum::<u64>().max(1) as f64;
     let expert_total = a.expert_dtype_bytes.values().sum::<u64>().max(1) as f64;
-    let resident_read = a.resident_bytes().saturating_sub(embed_bytes) as f64;
+    let resident_read = a.resident_read_bytes() as f64;
     let t_compute: f64 = a
         .resident_dtype_bytes
         .iter()

@@ -132,6 +132,18 @@ impl Transformer {
             && (e.file != h.file || e.file_range() != h.file_range())
     }
 
+    /// Bytes of the embedding table when the head does not read them (an untied table,
+    /// of which a token reads one row); 0 when the head is the same tensor.
+    pub fn untied_embedding_bytes(&self) -> u64 {
+        let (e, h) = (self.embed_tokens.view(), self.lm_head.view());
+        if e.file == h.file && e.file_range() == h.file_range() {
+            0
+        } else {
+            let r = e.file_range();
+            r.end - r.start
+        }
+    }
+
     /// Copies the routed experts (`experts`) or every other matrix into resident memory.
     pub(crate) fn copy_resident(&mut self, experts: bool) -> crate::error::Result<()> {
         let embedding_mapped = self.embedding_stays_mapped();

@@ -90,6 +90,51 @@ fn totals_agree_with_the_loaded_model() {
     assert_eq!(a.expert_layers.len(), 4);
 }
 
+/// `model.embed_tokens.weight`'s payload bytes, from the shard headers read here.
+fn embedding_payload(dir: &Path) -> u64 {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().and_then(|x| x.to_str()) != Some("safetensors") {
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let h: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+        if let Some(t) = h.get("model.embed_tokens.weight") {
+            let o = &t["data_offsets"];
+            return o[1].as_u64().unwrap() - o[0].as_u64().unwrap();
+        }
+    }
+    panic!("{}: no embedding table", dir.display())
+}
+
+#[test]
+fn an_untied_embedding_table_is_read_per_token_by_one_row_and_not_budgeted_as_ram() {
+    // The loader leaves an untied table in its shard (rows read with pread): the
+    // analysis says so, and neither the RAM budget nor the bytes a step reads count it.
+    // A tied table is the head: copied and read whole every step.
+    for (name, untied) in [
+        ("llama_gqa", true),
+        ("olmoe_gqa_clip", true),
+        ("llama_tied_mha", false),
+    ] {
+        let a = analyze_uncached(&fixture(name)).unwrap();
+        let all = a.dense_bytes + a.shared_expert_bytes + a.indexer_bytes;
+        let table = embedding_payload(&fixture(name));
+        assert!(table > 0 && table < all, "{name}");
+        assert_eq!(a.embedding_mapped, untied, "{name}");
+        if untied {
+            assert_eq!(a.untied_embedding_bytes, table, "{name}");
+            assert_eq!(a.resident_bytes(), all - table, "{name}");
+            assert_eq!(a.resident_read_bytes(), all - table, "{name}");
+        } else {
+            assert_eq!(a.untied_embedding_bytes, 0, "{name}");
+            assert_eq!(a.resident_bytes(), all, "{name}");
+            assert_eq!(a.resident_read_bytes(), all, "{name}");
+        }
+    }
+}
+
 #[test]
 fn a_hit_is_the_fresh_result_and_scans_nothing() {
     let t = copy("olmoe_gqa_clip");
