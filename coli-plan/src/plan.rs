@@ -62,6 +62,26 @@ pub struct Probe {
     /// all threads, a 64 MiB matrix streamed from memory), GB/s.
     #[serde(default)]
     pub kernel_gb_s: std::collections::BTreeMap<String, f64>,
+    /// The build that measured `kernel_gb_s` (its executable's path, size and mtime): a
+    /// rebuilt or upgraded coli measures its kernels again, since their rates change
+    /// with the code.
+    #[serde(default)]
+    pub kernels_build: Option<String>,
+}
+
+/// This executable's identity for [`Probe::kernels_build`]: path, size and mtime in
+/// nanoseconds; `None` when the executable cannot be found.
+fn this_build() -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let exe = std::env::current_exe().ok()?;
+    let m = std::fs::metadata(&exe).ok()?;
+    Some(format!(
+        "{} {} {}.{:09}",
+        exe.display(),
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec()
+    ))
 }
 
 /// What the user asked for.
@@ -276,28 +296,39 @@ pub fn probe(analysis_dir: &Path, a: &Analysis, remeasure: bool) -> Probe {
         .max_by_key(|s| s.bytes)
         .map(|s| analysis_dir.join(&s.file));
     let path = probe_path();
+    let build = this_build();
     let cached = std::fs::read(&path)
         .ok()
         .and_then(|t| serde_json::from_slice::<Probe>(&t).ok())
-        // A probe from a version that rated fewer formats is measured again.
-        .filter(|p| !remeasure && PROBED.iter().all(|d| p.kernel_gb_s.contains_key(*d)));
+        .filter(|_| !remeasure);
     let disk_file = largest.as_ref().map(|l| l.to_string_lossy().into_owned());
+    // Kernel rates belong to the build that measured them, and only count when they
+    // cover every probed format (an older version rated fewer).
+    let kernels_valid = |p: &Probe| {
+        p.kernels_build == build && PROBED.iter().all(|d| p.kernel_gb_s.contains_key(*d))
+    };
     if let Some(p) = &cached {
-        if p.disk_file == disk_file {
+        if p.disk_file == disk_file && kernels_valid(p) {
             return p.clone();
         }
     }
-    // Memory and kernel rates belong to the machine: reuse them; only the disk figure
-    // belongs to where this model lives.
-    let (memory_gb_s, kernel_gb_s) = match cached {
-        Some(p) => (p.memory_gb_s, p.kernel_gb_s),
-        None => (memory_gb_s(), kernel_gb_s()),
+    // The memory rate belongs to the machine and the kernel rates to the machine and
+    // the build: reuse what still holds; the disk figure belongs to where this model
+    // lives.
+    let memory_gb_s = match &cached {
+        Some(p) => p.memory_gb_s,
+        None => memory_gb_s(),
+    };
+    let kernel_gb_s = match cached {
+        Some(p) if kernels_valid(&p) => p.kernel_gb_s,
+        _ => kernel_gb_s(),
     };
     let p = Probe {
         memory_gb_s,
         disk_gb_s: largest.as_deref().and_then(disk_gb_s),
         disk_file,
         kernel_gb_s,
+        kernels_build: build,
     };
     if let Some(parent) = path.parent() {
         let _ = std::fs::create_dir_all(parent);

@@ -354,6 +354,66 @@ fn plan_reports_and_refuses() {
     );
 }
 
+/// The probe's kernel rates belong to the build that measured them: a cached probe of
+/// this build is reused as it is, one another build wrote is measured again (an upgraded
+/// coli does not project from its predecessor's kernels).
+#[test]
+fn kernel_rates_are_measured_again_by_another_build() {
+    let t = copy_fixture("llama_gqa");
+    let cache = tempfile::tempdir().unwrap();
+    let file = cache.path().join("probe.json");
+    let plan = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_coli"))
+            .args([
+                "plan",
+                "--model",
+                path_str(t.path()),
+                "--ram",
+                "1",
+                "--json",
+            ])
+            .env("COLI_CACHE_DIR", cache.path())
+            .env("COLI_NO_USAGE", "1")
+            .env_remove("COLI_MODEL")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        last_json(&out)["probe"].clone()
+    };
+    let first = plan();
+    let build = first["kernels_build"].as_str().unwrap().to_string();
+    assert!(build.contains("coli"), "{build}");
+    let rewrite = |rate: f64, build: &str| {
+        let mut p: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        for v in p["kernel_gb_s"].as_object_mut().unwrap().values_mut() {
+            *v = rate.into();
+        }
+        p["kernels_build"] = build.into();
+        std::fs::write(&file, serde_json::to_vec(&p).unwrap()).unwrap();
+    };
+    rewrite(1e-6, &build);
+    assert_eq!(
+        plan()["kernel_gb_s"]["BF16"],
+        1e-6,
+        "this build's rates are reused"
+    );
+    rewrite(1e-6, "another build");
+    let again = plan();
+    assert!(
+        again["kernel_gb_s"]["BF16"].as_f64().unwrap() > 1e-3,
+        "{again}"
+    );
+    assert_eq!(again["kernels_build"], build.as_str());
+    assert_eq!(
+        again["memory_gb_s"], first["memory_gb_s"],
+        "the memory rate is the machine's"
+    );
+}
+
 /// `coli tune` saves a profile under $XDG_CONFIG_HOME/coli/tuning/<fingerprint>.json whose
 /// trials all kept the baseline's tokens; `coli run --auto-tier` applies it (explicit
 /// flags win); touching the model's files changes the fingerprint, so the profile no
