@@ -97,21 +97,13 @@ fn convert_completes_in_a_quarter_of_the_model_and_writes_the_same_bytes() {
     };
     let (free, limited) = (tmp.path().join("free"), tmp.path().join("limited"));
     let coli = env!("CARGO_BIN_EXE_coli");
-    let out = Command::new(coli)
-        .args([
-            "convert",
-            "--model",
-            model.to_str().unwrap(),
-            "--out",
-            free.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::cli::output_ok(Command::new(coli).args([
+        "convert",
+        "--model",
+        model.to_str().unwrap(),
+        "--out",
+        free.to_str().unwrap(),
+    ]));
     let out = coli_in(
         &group,
         &format!(

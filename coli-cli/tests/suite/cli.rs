@@ -24,6 +24,17 @@ pub(crate) fn coli_usage(args: &[&str], record_usage: bool) -> Output {
     c.output().expect("coli runs")
 }
 
+/// Runs `cmd` and asserts that it succeeded (its stderr in the message).
+pub(crate) fn output_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("coli runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 pub(crate) fn last_json(out: &Output) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
@@ -639,15 +650,10 @@ fn shards_are_found_through_coli_model_dirs() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains(moved));
     let dirs = format!("/nonexistent:{}", elsewhere.path().display());
-    let out = Command::new(env!("CARGO_BIN_EXE_coli"))
-        .args(args)
-        .env("COLI_MODEL_DIRS", dirs)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new(env!("CARGO_BIN_EXE_coli"))
+            .args(args)
+            .env("COLI_MODEL_DIRS", dirs),
     );
     assert_eq!(ids(&last_json(&out)["tf_pred"]), ids(&r.json["tf_pred"]));
 }

@@ -7,7 +7,9 @@ use std::process::Command;
 use coli_tests::{ids, Reference, TINY_FIXTURES};
 use serde_json::Value;
 
-use crate::cli::{coli, coli_usage, copy_fixture, csv, expect_error, last_json, path_str};
+use crate::cli::{
+    coli, coli_usage, copy_fixture, csv, expect_error, last_json, output_ok, path_str,
+};
 
 /// The expert store through the CLI: stats in --json, the routing history written to the
 /// model directory, placement flags that do not change the tokens, bad values refused.
@@ -363,24 +365,19 @@ fn kernel_rates_are_measured_again_by_another_build() {
     let cache = tempfile::tempdir().unwrap();
     let file = cache.path().join("probe.json");
     let plan = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_coli"))
-            .args([
-                "plan",
-                "--model",
-                path_str(t.path()),
-                "--ram",
-                "1",
-                "--json",
-            ])
-            .env("COLI_CACHE_DIR", cache.path())
-            .env("COLI_NO_USAGE", "1")
-            .env_remove("COLI_MODEL")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = output_ok(
+            Command::new(env!("CARGO_BIN_EXE_coli"))
+                .args([
+                    "plan",
+                    "--model",
+                    path_str(t.path()),
+                    "--ram",
+                    "1",
+                    "--json",
+                ])
+                .env("COLI_CACHE_DIR", cache.path())
+                .env("COLI_NO_USAGE", "1")
+                .env_remove("COLI_MODEL"),
         );
         last_json(&out)["probe"].clone()
     };
