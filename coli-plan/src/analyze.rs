@@ -126,14 +126,19 @@ impl Analysis {
         } else {
             0
         };
-        (self.dense_bytes + self.shared_expert_bytes + self.indexer_bytes).saturating_sub(mapped)
+        self.resident_class_bytes().saturating_sub(mapped)
     }
 
     /// Resident-class bytes a decode step reads: dense (the head included), shared
     /// experts, indexer, but an untied embedding table, of which it reads one row.
     pub fn resident_read_bytes(&self) -> u64 {
-        (self.dense_bytes + self.shared_expert_bytes + self.indexer_bytes)
+        self.resident_class_bytes()
             .saturating_sub(self.untied_embedding_bytes)
+    }
+
+    /// Dense, shared experts and indexer: the tensors that are not streamed.
+    fn resident_class_bytes(&self) -> u64 {
+        self.dense_bytes + self.shared_expert_bytes + self.indexer_bytes
     }
 }
 

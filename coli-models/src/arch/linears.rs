@@ -126,20 +126,24 @@ impl Transformer {
     /// weights, streamed whole every token), when it is stored input-major (a copy is where
     /// it gets transposed) or when it has block scales.
     pub fn embedding_stays_mapped(&self) -> bool {
-        let (e, h) = (self.embed_tokens.view(), self.lm_head.view());
         !self.embed_tokens.is_transposed()
             && self.embed_tokens.scale_view().is_none()
-            && (e.file != h.file || e.file_range() != h.file_range())
+            && !self.embedding_is_head()
+    }
+
+    /// Whether the head reads the embedding table's bytes (tied weights).
+    fn embedding_is_head(&self) -> bool {
+        let (e, h) = (self.embed_tokens.view(), self.lm_head.view());
+        e.file == h.file && e.file_range() == h.file_range()
     }
 
     /// Bytes of the embedding table when the head does not read them (an untied table,
     /// of which a token reads one row); 0 when the head is the same tensor.
     pub fn untied_embedding_bytes(&self) -> u64 {
-        let (e, h) = (self.embed_tokens.view(), self.lm_head.view());
-        if e.file == h.file && e.file_range() == h.file_range() {
+        if self.embedding_is_head() {
             0
         } else {
-            let r = e.file_range();
+            let r = self.embed_tokens.view().file_range();
             r.end - r.start
         }
     }
