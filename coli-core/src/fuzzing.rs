@@ -15,14 +15,7 @@ use crate::model_dir::{index_file_names_from, parse_index};
 use crate::safetensors_header::{dtype_size, parse_file_bytes};
 
 /// Every ggml type coli reads.
-pub const GGML_TYPES: [GgmlType; 6] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q8_0,
-];
+pub const GGML_TYPES: [GgmlType; 23] = GgmlType::ALL;
 
 /// A whole safetensors file: header validation, then every tensor coli computes with
 /// converted to f32.
@@ -107,10 +100,10 @@ pub fn gguf(data: &[u8]) -> bool {
                 .expect("an accepted tensor dequantizes");
             total += numel;
         }
-        // Tensors do not overlap, so the output is bounded by the file (at most 32
-        // elements per 18 bytes, Q4_0; a 0-dim F32 scalar is 1 per 4).
+        // Tensors do not overlap, so the output is bounded by the file (at most 256
+        // elements per 50 bytes, IQ1_S; a 0-dim F32 scalar is 1 per 4).
         assert!(
-            total <= data.len() * 2,
+            total <= data.len() * 6,
             "{total} elements from {} bytes",
             data.len()
         );

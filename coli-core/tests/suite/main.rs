@@ -2,3 +2,4 @@
 
 mod bad_input;
 mod fuzz_seeded;
+mod gguf_quants;
