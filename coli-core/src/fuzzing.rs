@@ -443,3 +443,48 @@ pub fn seed_corpus(target: &str) -> Vec<Vec<u8>> {
         .map(|p| std::fs::read(p).expect("seed file"))
         .collect()
 }
+
+/// A block of `ty` from `next_u64` (a random source): random bytes whose f16 scale
+/// fields hold finite values of either sign between about 1e-4 and 2 (every other bit
+/// pattern of a block is a valid block), so that kernels can be compared bit for bit
+/// without NaN payloads in the way. F32/F16/BF16 "blocks" are one finite value.
+pub fn random_block(ty: GgmlType, mut next_u64: impl FnMut() -> u64) -> Vec<u8> {
+    let (_, bb) = ty.block();
+    let mut b: Vec<u8> = (0..bb).map(|_| next_u64() as u8).collect();
+    let mut scale = || {
+        let r = next_u64();
+        let mag = 1e-4f32 * (2e4f32).powf((r >> 11) as f32 / (1u64 << 53) as f32);
+        let v = if r & 1 == 0 { mag } else { -mag };
+        half::f16::from_f32(v).to_bits()
+    };
+    let f16_at: &[usize] = match ty {
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q6_K => &[208],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::IQ1_M | GgmlType::MXFP4 | GgmlType::F32 | GgmlType::BF16 => &[],
+        _ => &[0],
+    };
+    for &at in f16_at {
+        b[at..at + 2].copy_from_slice(&scale().to_le_bytes());
+    }
+    match ty {
+        GgmlType::IQ1_M => {
+            // The f16 block scale is the top nibbles of the four u16 scale words.
+            let d = scale();
+            for (k, shift) in [12, 8, 4, 0].into_iter().enumerate() {
+                let at = 48 + 2 * k;
+                let w = u16::from_le_bytes([b[at], b[at + 1]]) & 0x0fff;
+                let w = w | (((d >> shift) & 0xf) << 12);
+                b[at..at + 2].copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        GgmlType::MXFP4 => b[0] = 100 + (next_u64() % 50) as u8,
+        GgmlType::F32 => b.copy_from_slice(&(half::f16::from_bits(scale()).to_f32()).to_le_bytes()),
+        GgmlType::BF16 => b.copy_from_slice(
+            &((half::f16::from_bits(scale()).to_f32().to_bits() >> 16) as u16).to_le_bytes(),
+        ),
+        _ => {}
+    }
+    b
+}

@@ -8,6 +8,8 @@
 //! it bit for bit. Several rows may be processed together (sharing the activation
 //! loads) without changing any row's order.
 
+use coli_core::gguf::GgmlType;
+
 use crate::cpu::Isa;
 
 /// Accumulator lanes of every dot product.
@@ -35,6 +37,11 @@ pub enum WFormat {
     /// even column in the low nibble (gpt-oss' MXFP4 `_blocks`, DeepSeek-V4's FP4 experts;
     /// scaled per 32 columns).
     F4E2M1,
+    /// A ggml block type read in place from a GGUF file: each row is whole blocks that
+    /// carry their own scales. Element `i` is its block's value as
+    /// [`coli_core::gguf::quants`] (gguf-py's definition) decodes it; the dot product is
+    /// that row's in the fixed order above.
+    Ggml(GgmlType),
 }
 
 /// The 16 `e2m1` values, by nibble.
@@ -49,6 +56,7 @@ impl WFormat {
             WFormat::F32 => 4,
             WFormat::BF16 | WFormat::F16 => 2,
             WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 => 1,
+            WFormat::Ggml(t) => t.block().1.div_ceil(t.block().0),
         }
     }
 
@@ -56,6 +64,7 @@ impl WFormat {
     pub fn row_bytes(self, cols: usize) -> usize {
         match self {
             WFormat::I4 | WFormat::F4E2M1 => cols.div_ceil(2),
+            WFormat::Ggml(t) => t.row_bytes(cols),
             f => cols * f.size(),
         }
     }
@@ -90,6 +99,30 @@ impl WFormat {
                 let b = row[i / 2];
                 FP4_E2M1_VALUES[if i.is_multiple_of(2) { b & 15 } else { b >> 4 } as usize]
             }
+            WFormat::Ggml(t) => {
+                let (bs, bb) = t.block();
+                let mut block = [0.0f32; 256];
+                coli_core::gguf::quants::dequantize_block(t, &row[i / bs * bb..][..bb], &mut block);
+                block[i % bs]
+            }
+        }
+    }
+
+    /// Whether rows are whole blocks that carry their own scales (GGUF): a row is only
+    /// ever a whole number of blocks long, and is decoded a block at a time.
+    pub fn is_block(self) -> bool {
+        matches!(self, WFormat::Ggml(t) if t.is_quantized())
+    }
+
+    /// A whole row as f32 (`out.len()` elements): each element exactly as [`WFormat::load`]
+    /// gives it, block formats decoded a block at a time.
+    pub fn load_row(self, row: &[u8], out: &mut [f32]) {
+        if let WFormat::Ggml(t) = self {
+            coli_core::gguf::dequantize(t, row, out).expect("a row of whole blocks");
+            return;
+        }
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = self.load(row, i);
         }
     }
 }
@@ -119,6 +152,14 @@ fn tail(fmt: WFormat, row: &[u8], x: &[f32], start: usize, acc: &mut [f32; LANES
 pub fn dot_scalar(fmt: WFormat, row: &[u8], x: &[f32]) -> f32 {
     debug_assert_eq!(row.len(), fmt.row_bytes(x.len()));
     let mut acc = [0.0f32; LANES];
+    if fmt.is_block() {
+        // The same chain over the row's values, decoded a block at a time rather than
+        // one element at a time.
+        let mut values = vec![0.0f32; x.len()];
+        fmt.load_row(row, &mut values);
+        tail(WFormat::F32, bytemuck_f32(&values), x, 0, &mut acc);
+        return reduce_lanes(acc);
+    }
     tail(fmt, row, x, 0, &mut acc);
     reduce_lanes(acc)
 }
@@ -305,7 +346,7 @@ pub(crate) mod x86 {
         let main = x.len() / LANES * LANES;
         let mut acc = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
         match fmt {
-            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 => {
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 | WFormat::Ggml(_) => {
                 unreachable!("quantized rows take the scalar path")
             }
             WFormat::F32 => {
@@ -372,7 +413,7 @@ pub(crate) mod x86 {
         let main = x.len() / LANES * LANES;
         let mut acc = [_mm512_setzero_ps(); R];
         match fmt {
-            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 => {
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 | WFormat::Ggml(_) => {
                 unreachable!("quantized rows take the scalar path")
             }
             WFormat::F32 => {
@@ -411,7 +452,7 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     unsafe fn load16(fmt: WFormat, p: *const u8, i: usize) -> __m512 {
         match fmt {
-            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 => {
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 | WFormat::Ggml(_) => {
                 unreachable!("quantized rows take the scalar path")
             }
             WFormat::F32 => _mm512_loadu_ps(p.cast::<f32>().add(i)),
@@ -469,7 +510,7 @@ pub(crate) mod x86 {
     #[inline]
     unsafe fn load8(fmt: WFormat, p: *const u8, i: usize) -> __m256 {
         match fmt {
-            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 => {
+            WFormat::F8E4M3 | WFormat::I8 | WFormat::I4 | WFormat::F4E2M1 | WFormat::Ggml(_) => {
                 unreachable!("quantized rows take the scalar path")
             }
             WFormat::F32 => _mm256_loadu_ps(p.cast::<f32>().add(i)),
@@ -551,7 +592,9 @@ mod tests {
                     })
                     .unwrap()],
                 WFormat::I8 => vec![(x.round().clamp(-128.0, 127.0) as i8) as u8],
-                WFormat::I4 | WFormat::F4E2M1 => unreachable!("packed: two elements per byte"),
+                WFormat::I4 | WFormat::F4E2M1 | WFormat::Ggml(_) => {
+                    unreachable!("packed: several elements per byte")
+                }
             })
             .collect()
     }

@@ -185,11 +185,7 @@ impl<'a> MatRef<'a> {
         assert_eq!(out.len(), self.cols);
         let row = self.row(r);
         match self.scales {
-            None => {
-                for (c, o) in out.iter_mut().enumerate() {
-                    *o = self.fmt.load(row, c);
-                }
-            }
+            None => self.fmt.load_row(row, out),
             Some(s) => {
                 let cb = self.cols.div_ceil(s.block_cols);
                 with_scale_rows(&s, cb, r / s.block_rows, 1, |scales| {
@@ -234,7 +230,9 @@ unsafe impl Sync for OutPtr {}
 
 /// Computes rows `r0..r1` of `out[t * m.rows + r] = m.row(r) · xs[t]` for every token `t`.
 fn rows_block(isa: Isa, m: &MatRef, xs: &[f32], n_tok: usize, r0: usize, r1: usize, out: OutPtr) {
-    if m.scales.is_some() {
+    if m.fmt.is_block() {
+        rows_block_dequantized(isa, m, xs, n_tok, r0, r1, out);
+    } else if m.scales.is_some() {
         rows_block_scaled(isa, m, xs, n_tok, r0, r1, out);
     } else {
         let out = StridedOut {
@@ -289,6 +287,21 @@ fn rows_block_scaled(
         });
         return;
     }
+    rows_block_dequantized(isa, m, xs, n_tok, r0, r1, out)
+}
+
+/// Rows `r0..r1` four at a time dequantized to f32 (per-thread buffer), then the f32
+/// kernels: each output is the dequantized row's dot product in the fixed order.
+fn rows_block_dequantized(
+    isa: Isa,
+    m: &MatRef,
+    xs: &[f32],
+    n_tok: usize,
+    r0: usize,
+    r1: usize,
+    out: OutPtr,
+) {
+    let k = m.cols;
     with_dequant_buf(4 * k, |buf| {
         let mut r = r0;
         while r < r1 {

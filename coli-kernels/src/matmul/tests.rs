@@ -234,3 +234,52 @@ proptest! {
         }
     }
 }
+
+/// `rows` rows of `cols / block` random blocks of `ty` each.
+fn ggml_rows(ty: coli_core::gguf::GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let blocks = rows * cols / ty.block().0;
+    (0..blocks)
+        .flat_map(|_| coli_core::fuzzing::random_block(ty, &mut next))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+    /// GGUF block formats: every instruction set, token count and thread count gives the
+    /// bits of the reference, which is the f32 chain over gguf-py's values
+    /// (`coli_core::gguf::dequantize`, itself tested against gguf-py).
+    #[test]
+    fn ggml_block_matmul_equals_the_dequantized_reference(ty_i in 0usize..20, rows in 1usize..13, blocks in 1usize..4, n_tok in 1usize..9, seed in any::<u64>(), threads in 1usize..3) {
+        let quantized: Vec<_> = coli_core::gguf::GgmlType::ALL.into_iter().filter(|t| t.is_quantized()).collect();
+        let ty = quantized[ty_i];
+        let cols = blocks * ty.block().0;
+        let w = ggml_rows(ty, rows, cols, seed);
+        let fmt = WFormat::Ggml(ty);
+        let m = MatRef::new(fmt, &w, rows, cols);
+        let xs: Vec<f32> = (0..n_tok * cols).map(|i| ((i as u64 * 2654435761 ^ seed) % 2000) as f32 / 1000.0 - 1.0).collect();
+        let mut values = vec![0.0f32; rows * cols];
+        coli_core::gguf::dequantize(ty, &w, &mut values).unwrap();
+        let plain = MatRef::new(WFormat::F32, bytemuck_f32(&values), rows, cols);
+        let mut want = vec![0.0; n_tok * rows];
+        matmul_reference(&plain, &xs, n_tok, &mut want);
+        let mut reference = vec![0.0; n_tok * rows];
+        matmul_reference(&m, &xs, n_tok, &mut reference);
+        prop_assert_eq!(bits(&reference), bits(&want));
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        for isa in cpu::available() {
+            let mut got = vec![0.0; n_tok * rows];
+            pool.install(|| matmul_isa(isa, &m, &xs, n_tok, &mut got));
+            prop_assert_eq!(bits(&got), bits(&want), "{:?} {:?}", ty, isa);
+            for r in 0..rows {
+                prop_assert_eq!(m.dot_row(r, &xs[..cols]).to_bits(), want[r].to_bits());
+            }
+        }
+    }
+}
