@@ -8,6 +8,9 @@
 //! Values are therefore bit-equal to `gguf.quants.dequantize` (tested against it on
 //! random blocks and on llama.cpp's quantizer output, `tests/fixtures/gguf_quants/`).
 
+// Indices mirror the block layouts (element j of sub-block k), so loops run over them.
+#![allow(clippy::needless_range_loop)]
+
 use super::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use super::GgmlType;
 
