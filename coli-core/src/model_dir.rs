@@ -14,7 +14,9 @@ use crate::dtype::DType;
 use crate::error::{CoreError, Result};
 use crate::safetensors_header::{header_len, parse_header, Header};
 
+mod gguf;
 mod resident;
+pub use gguf::{is_gguf_path, GgufModel, GgufPart};
 pub use resident::make_resident;
 
 /// Environment variable listing extra directories (`:`-separated) searched for shards.
@@ -300,12 +302,18 @@ pub struct ModelDir {
     /// The shards, in a stable order.
     pub shards: Vec<Shard>,
     index: HashMap<String, usize>,
+    /// The GGUF file(s), when the model is one (then `path` is its first part and
+    /// `shards` is empty).
+    gguf: Option<Arc<GgufModel>>,
 }
 
 impl ModelDir {
     /// Opens `path`: reads `config.json`, locates and validates every shard.
     pub fn open(path: impl AsRef<Path>) -> Result<ModelDir> {
         let path = path.as_ref();
+        if is_gguf_path(path) && path.is_file() {
+            return ModelDir::open_gguf(path);
+        }
         if !path.is_dir() {
             return Err(CoreError::MissingDir(path.to_path_buf()));
         }
@@ -361,16 +369,20 @@ impl ModelDir {
             config,
             shards,
             index,
+            gguf: None,
         })
     }
 
     /// Whether a tensor of that name exists.
     pub fn has(&self, name: &str) -> bool {
-        self.index.contains_key(name)
+        self.index.contains_key(name) || self.gguf.as_ref().is_some_and(|g| g.has(name))
     }
 
     /// Looks a tensor up by name.
     pub fn tensor(&self, name: &str) -> Result<TensorView> {
+        if let Some(view) = self.gguf.as_ref().and_then(|g| g.view(name)) {
+            return view;
+        }
         let &i = self
             .index
             .get(name)
@@ -403,6 +415,9 @@ impl ModelDir {
     /// Every tensor name, sorted.
     pub fn tensor_names(&self) -> Vec<&str> {
         let mut v: Vec<&str> = self.index.keys().map(String::as_str).collect();
+        if let Some(g) = &self.gguf {
+            v.extend(g.names());
+        }
         v.sort_unstable();
         v
     }
@@ -582,6 +597,10 @@ impl ModelDir {
     /// Reads `path/config.json` only; the directory has no tensors.
     pub fn config_only(path: impl AsRef<Path>) -> Result<ModelDir> {
         let path = path.as_ref();
+        if is_gguf_path(path) && path.is_file() {
+            // A GGUF's config is its metadata: only the header is parsed.
+            return ModelDir::open_gguf(path);
+        }
         if !path.is_dir() {
             return Err(CoreError::MissingDir(path.to_path_buf()));
         }
@@ -590,6 +609,7 @@ impl ModelDir {
             config: RawConfig::read(&path.join("config.json"))?,
             shards: Vec::new(),
             index: HashMap::new(),
+            gguf: None,
         })
     }
 }

@@ -85,7 +85,16 @@ fn find_templates(dir: &Path, cfg: &Value) -> Result<(Vec<NamedTemplate>, bool)>
 
 impl TextTokenizer {
     /// Loads `tokenizer.json` (required) and `tokenizer_config.json` (optional) from `dir`.
+    /// For a GGUF file, `tokenizer.json`/`tokenizer_config.json` beside it win; else the
+    /// tokenizer and the chat template come from its `tokenizer.*` metadata.
     pub fn load(dir: &Path) -> Result<TextTokenizer> {
+        if coli_core::model_dir::is_gguf_path(dir) {
+            let beside = dir.parent().unwrap_or(Path::new("."));
+            if beside.join("tokenizer.json").is_file() {
+                return TextTokenizer::load(beside);
+            }
+            return TextTokenizer::from_gguf(dir);
+        }
         let path = dir.join("tokenizer.json");
         if !path.is_file() {
             return Err(ModelError::Tokenizer(format!(
@@ -114,6 +123,31 @@ impl TextTokenizer {
             templates,
             single_template,
             special,
+        })
+    }
+
+    /// The tokenizer of a GGUF's metadata (byte-level BPE, `tokenizer.ggml.model =
+    /// "gpt2"`), with its special tokens and chat template.
+    fn from_gguf(path: &Path) -> Result<TextTokenizer> {
+        let f = coli_core::gguf::GgufFile::open(path)?;
+        let json = crate::gguf_import::tokenizer_json(&f)?;
+        let max_len = f
+            .metadata
+            .iter()
+            .find(|(k, _)| k.ends_with(".context_length"))
+            .and_then(|(_, v)| v.as_u64())
+            .map_or(Value::Null, Value::from);
+        let cfg = crate::gguf_import::tokenizer_config(&f, &max_len)?;
+        let inner =
+            tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes()).map_err(|e| {
+                ModelError::Tokenizer(format!("{}: tokenizer metadata: {e}", path.display()))
+            })?;
+        let (templates, single_template) = find_templates(path, &cfg)?; // no template files inside a file
+        Ok(TextTokenizer {
+            inner,
+            templates,
+            single_template,
+            special: SpecialTokens::from_config(&cfg),
         })
     }
 

@@ -1,5 +1,6 @@
 //! Loading weights by name, checking shape and dtype once at load time.
 
+use coli_core::gguf::GgmlType;
 use coli_core::{DType, ModelDir, TensorView};
 use coli_kernels::matmul::{matmul, matmul_many};
 use coli_kernels::{MatRef, WFormat};
@@ -59,6 +60,19 @@ impl Linear {
     ///   `[rows, ceil(cols / 64)]`, one per 64 columns.
     pub fn load(dir: &ModelDir, name: &str, rows: usize, cols: usize) -> Result<Linear> {
         let view = dir.tensor(name)?;
+        if let Some(ty) = GgmlType::from_name(&view.dtype_name).filter(|t| t.is_quantized()) {
+            // A GGUF block type: whole blocks per row, each with its own scales.
+            view.expect_shape(&[rows, cols])?;
+            return Ok(Linear {
+                view,
+                fmt: WFormat::Ggml(ty),
+                rows,
+                cols,
+                bias: None,
+                scales: None,
+                transposed: false,
+            });
+        }
         let dtype = view.dtype()?;
         let fmt = wformat(dtype).ok_or_else(|| crate::error::ModelError::BadTensor {
             name: name.to_string(),
@@ -625,9 +639,21 @@ fn fp8_scale_name(dir: &ModelDir, name: &str) -> String {
     }
 }
 
-/// Loads a 1-D tensor (norm weights, biases) as f32, checking its length.
+/// Loads a 1-D tensor (norm weights, biases) as f32, checking its length (a GGUF block
+/// type is dequantized as gguf-py does).
 pub fn load_vector(dir: &ModelDir, name: &str, len: usize) -> Result<Vec<f32>> {
-    Ok(dir.tensor_shaped(name, &[len])?.to_f32_vec()?)
+    let view = dir.tensor_shaped(name, &[len])?;
+    if let Some(ty) = GgmlType::from_name(&view.dtype_name).filter(|t| t.is_quantized()) {
+        let mut out = vec![0.0; len];
+        coli_core::gguf::dequantize(ty, &view.read_bytes()?, &mut out).map_err(|msg| {
+            crate::error::ModelError::BadTensor {
+                name: name.to_string(),
+                msg,
+            }
+        })?;
+        return Ok(out);
+    }
+    Ok(view.to_f32_vec()?)
 }
 
 /// Loads a tensor view with a checked shape.

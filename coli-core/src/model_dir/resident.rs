@@ -23,7 +23,13 @@ pub fn make_resident(views: &[&TensorView]) -> Result<Vec<TensorView>> {
     let mut seen: HashMap<(PathBuf, usize, usize), usize> = HashMap::new();
     let mut total = 0usize;
     for (i, v) in views.iter().enumerate() {
-        let key = (v.file.clone(), v.range.start, v.range.end);
+        // A resident view's range is within its own copy, not the file: such views share
+        // bytes only when they share the copy.
+        let key = if v.resident {
+            (PathBuf::new(), v.bytes().as_ptr() as usize, v.range.len())
+        } else {
+            (v.file.clone(), v.range.start, v.range.end)
+        };
         let off = *seen.entry(key).or_insert_with(|| {
             let o = total.next_multiple_of(ALIGN);
             total = o + v.range.len();

@@ -361,16 +361,25 @@ fn llama_files(f: &GgufFile, l: &LlamaShape) -> Result<(Value, Value, Value)> {
         "torch_dtype": "bfloat16",
     });
     let tok_json = tokenizer_json(f)?;
+    let tok_cfg = tokenizer_config(f, &config["max_position_embeddings"])?;
+    Ok((config, tok_json, tok_cfg))
+}
+
+/// `tokenizer_config.json` from the metadata: the special tokens by name, whether a BOS
+/// is added, the chat template (`tokenizer.chat_template`) when the file has one.
+pub fn tokenizer_config(f: &GgufFile, max_len: &Value) -> Result<Value> {
+    let tokens = meta_str_list(f, "tokenizer.ggml.tokens")?;
+    let tok_id = |key: &str| f.metadata.get(key).and_then(GgufValue::as_u64);
     let name_of = |id: Option<u64>| id.and_then(|i| tokens.get(i as usize)).cloned();
     let mut tok_cfg = json!({
         "tokenizer_class": "PreTrainedTokenizerFast",
         "add_bos_token": f.metadata.get("tokenizer.ggml.add_bos_token").and_then(GgufValue::as_bool).unwrap_or(false),
-        "bos_token": name_of(bos),
-        "eos_token": name_of(eos),
+        "bos_token": name_of(tok_id("tokenizer.ggml.bos_token_id")),
+        "eos_token": name_of(tok_id("tokenizer.ggml.eos_token_id")),
         "pad_token": name_of(tok_id("tokenizer.ggml.padding_token_id")),
         "unk_token": name_of(tok_id("tokenizer.ggml.unknown_token_id")),
         "clean_up_tokenization_spaces": false,
-        "model_max_length": config["max_position_embeddings"],
+        "model_max_length": max_len,
     });
     if let Some(t) = f
         .metadata
@@ -379,7 +388,7 @@ fn llama_files(f: &GgufFile, l: &LlamaShape) -> Result<(Value, Value, Value)> {
     {
         tok_cfg["chat_template"] = json!(t);
     }
-    Ok((config, tok_json, tok_cfg))
+    Ok(tok_cfg)
 }
 
 /// Every tensor dequantized, Q/K rows put back in Hugging Face order, as bf16.

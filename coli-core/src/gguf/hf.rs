@@ -1,0 +1,335 @@
+//! What a GGUF says in Hugging Face terms: `config.json` from its metadata, and each
+//! llama.cpp tensor name as the Hugging Face checkpoint spells it (llama.cpp's
+//! `gguf-py/gguf/constants.py` and `convert_hf_to_gguf.py` name them).
+//!
+//! Architectures: `llama` (dense), `qwen3moe`, `qwen2moe`, `olmoe`. Each layer's routed
+//! experts are one 3-D tensor per matrix (`ffn_gate_exps`, expert-major); expert `e` of
+//! it is the Hugging Face tensor `...mlp.experts.{e}.gate_proj.weight`.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use super::{GgufTensor, GgufValue};
+
+/// One Hugging Face tensor as a GGUF holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HfName {
+    /// A tensor of its own.
+    Plain(String),
+    /// Every routed expert of a layer stacked: expert `e` is `{prefix}.{e}.{suffix}`.
+    Experts {
+        /// Up to the expert index, e.g. `model.layers.3.mlp.experts`.
+        prefix: String,
+        /// After it, e.g. `gate_proj.weight`.
+        suffix: String,
+    },
+}
+
+/// An architecture coli reads from GGUF.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// `llama`: dense Llama (Q/K rows permuted by the converter).
+    Llama,
+    /// `qwen3moe`.
+    Qwen3Moe,
+    /// `qwen2moe` (shared expert with its gate, q/k/v biases).
+    Qwen2Moe,
+    /// `olmoe`.
+    Olmoe,
+}
+
+impl Arch {
+    /// The architecture of `general.architecture`, or an error naming the supported ones.
+    pub fn from_gguf(name: &str) -> Result<Arch, String> {
+        Ok(match name {
+            "llama" => Arch::Llama,
+            "qwen3moe" => Arch::Qwen3Moe,
+            "qwen2moe" => Arch::Qwen2Moe,
+            "olmoe" => Arch::Olmoe,
+            other => {
+                return Err(format!(
+                    "general.architecture \"{other}\" is not supported (supported: llama, qwen3moe, qwen2moe, olmoe)"
+                ))
+            }
+        })
+    }
+
+    /// `general.architecture`'s spelling, the prefix of its metadata keys.
+    pub fn key(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::Qwen2Moe => "qwen2moe",
+            Arch::Olmoe => "olmoe",
+        }
+    }
+
+    /// Whether llama.cpp's converter permuted the rows of `attn_q`/`attn_k` for its
+    /// interleaved RoPE (they are put back when read).
+    pub fn permutes_qk(self) -> bool {
+        self == Arch::Llama
+    }
+}
+
+/// The Hugging Face name of GGUF tensor `name` in `arch`, or `None` for a tensor with
+/// no counterpart.
+pub fn hf_name(arch: Arch, name: &str) -> Option<HfName> {
+    let plain = |s: &str| Some(HfName::Plain(s.to_string()));
+    match name {
+        "token_embd.weight" => return plain("model.embed_tokens.weight"),
+        "output_norm.weight" => return plain("model.norm.weight"),
+        "output.weight" => return plain("lm_head.weight"),
+        _ => {}
+    }
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let p = format!("model.layers.{layer}");
+    let experts = |suffix: &str| {
+        Some(HfName::Experts {
+            prefix: format!("{p}.mlp.experts"),
+            suffix: suffix.to_string(),
+        })
+    };
+    let moe = arch != Arch::Llama;
+    let hf = match tail {
+        "attn_norm.weight" => "input_layernorm.weight",
+        "ffn_norm.weight" => "post_attention_layernorm.weight",
+        "attn_q.weight" => "self_attn.q_proj.weight",
+        "attn_k.weight" => "self_attn.k_proj.weight",
+        "attn_v.weight" => "self_attn.v_proj.weight",
+        "attn_output.weight" => "self_attn.o_proj.weight",
+        "attn_q.bias" => "self_attn.q_proj.bias",
+        "attn_k.bias" => "self_attn.k_proj.bias",
+        "attn_v.bias" => "self_attn.v_proj.bias",
+        "attn_q_norm.weight" => "self_attn.q_norm.weight",
+        "attn_k_norm.weight" => "self_attn.k_norm.weight",
+        "ffn_gate.weight" if !moe => "mlp.gate_proj.weight",
+        "ffn_up.weight" if !moe => "mlp.up_proj.weight",
+        "ffn_down.weight" if !moe => "mlp.down_proj.weight",
+        "ffn_gate_inp.weight" if moe => "mlp.gate.weight",
+        "ffn_gate_exps.weight" if moe => return experts("gate_proj.weight"),
+        "ffn_up_exps.weight" if moe => return experts("up_proj.weight"),
+        "ffn_down_exps.weight" if moe => return experts("down_proj.weight"),
+        "ffn_gate_inp_shexp.weight" if arch == Arch::Qwen2Moe => "mlp.shared_expert_gate.weight",
+        "ffn_gate_shexp.weight" if arch == Arch::Qwen2Moe => "mlp.shared_expert.gate_proj.weight",
+        "ffn_up_shexp.weight" if arch == Arch::Qwen2Moe => "mlp.shared_expert.up_proj.weight",
+        "ffn_down_shexp.weight" if arch == Arch::Qwen2Moe => "mlp.shared_expert.down_proj.weight",
+        _ => return None,
+    };
+    Some(HfName::Plain(format!("{p}.{hf}")))
+}
+
+/// Reads metadata keys of one architecture, each error naming the key.
+struct Meta<'a> {
+    m: &'a BTreeMap<String, GgufValue>,
+    arch: Arch,
+}
+
+impl Meta<'_> {
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch.key())
+    }
+    fn uint(&self, k: &str) -> Result<Option<usize>, String> {
+        let key = self.key(k);
+        match self.m.get(&key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(|x| Some(x as usize))
+                .ok_or_else(|| format!("metadata \"{key}\" = {v:?}, expected an unsigned integer")),
+        }
+    }
+    fn need(&self, k: &str) -> Result<usize, String> {
+        self.uint(k)?
+            .ok_or_else(|| format!("missing metadata key \"{}\"", self.key(k)))
+    }
+    /// A positive finite float, or `None` when absent.
+    fn float(&self, k: &str) -> Result<Option<f64>, String> {
+        let key = self.key(k);
+        match self.m.get(&key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .map(|x| Some(shortest_f32(x)))
+                .ok_or_else(|| format!("metadata \"{key}\" = {v:?}, expected a finite number > 0")),
+        }
+    }
+}
+
+/// An f32 widened to f64 prints as 9.999999747378752e-06; config.json holds the f32's
+/// shortest decimal form, as the converter read it.
+fn shortest_f32(x: f64) -> f64 {
+    (x as f32).to_string().parse().unwrap_or(x)
+}
+
+/// `config.json` of the model a GGUF holds, from its metadata and tensor directory.
+pub fn hf_config(
+    arch: Arch,
+    m: &BTreeMap<String, GgufValue>,
+    tensors: &[GgufTensor],
+) -> Result<Value, String> {
+    let meta = Meta { m, arch };
+    let hidden = meta.need("embedding_length")?;
+    let n_heads = meta.need("attention.head_count")?;
+    let n_kv = meta.uint("attention.head_count_kv")?.unwrap_or(n_heads);
+    if n_heads == 0 || n_kv == 0 || !n_heads.is_multiple_of(n_kv) {
+        return Err(format!(
+            "metadata \"{}\" = {n_heads} and \"{}\" = {n_kv}: expected at least one head each, the KV heads dividing the query heads",
+            meta.key("attention.head_count"),
+            meta.key("attention.head_count_kv")
+        ));
+    }
+    let head_dim = match meta.uint("attention.key_length")? {
+        Some(d) => d,
+        None if hidden.is_multiple_of(n_heads) => hidden / n_heads,
+        None => {
+            return Err(format!(
+                "metadata \"{}\" = {hidden} does not split into {n_heads} heads",
+                meta.key("embedding_length")
+            ))
+        }
+    };
+    let vocab = match m.get("tokenizer.ggml.tokens").and_then(GgufValue::as_array) {
+        Some(t) => t.len(),
+        None => tensors
+            .iter()
+            .find(|t| t.name == "token_embd.weight")
+            .and_then(|t| t.dims.get(1).copied())
+            .ok_or("no tokenizer.ggml.tokens and no token_embd.weight to size the vocabulary")?,
+    };
+    let tok_id = |key: &str| m.get(key).and_then(GgufValue::as_u64);
+    let mut c = Map::new();
+    let mut set = |k: &str, v: Value| {
+        c.insert(k.to_string(), v);
+    };
+    set("hidden_size", json!(hidden));
+    set("num_hidden_layers", json!(meta.need("block_count")?));
+    set("num_attention_heads", json!(n_heads));
+    set("num_key_value_heads", json!(n_kv));
+    set("head_dim", json!(head_dim));
+    set("vocab_size", json!(vocab));
+    set(
+        "max_position_embeddings",
+        json!(meta.uint("context_length")?.unwrap_or(4096)),
+    );
+    if let Some(eps) = meta.float("attention.layer_norm_rms_epsilon")? {
+        set("rms_norm_eps", json!(eps));
+    }
+    if let Some(theta) = meta.float("rope.freq_base")? {
+        set("rope_theta", json!(theta));
+    }
+    set(
+        "tie_word_embeddings",
+        json!(!tensors.iter().any(|t| t.name == "output.weight")),
+    );
+    set("bos_token_id", json!(tok_id("tokenizer.ggml.bos_token_id")));
+    set("eos_token_id", json!(tok_id("tokenizer.ggml.eos_token_id")));
+    let has = |name: &str| tensors.iter().any(|t| t.name == name);
+    match arch {
+        Arch::Llama => {
+            if meta.uint("expert_count")?.unwrap_or(0) > 0 {
+                return Err(format!(
+                    "{} with experts (Mixtral) is not supported from GGUF yet",
+                    arch.key()
+                ));
+            }
+            set("model_type", json!("llama"));
+            set(
+                "intermediate_size",
+                json!(meta.need("feed_forward_length")?),
+            );
+        }
+        Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe => {
+            let experts = meta.need("expert_count")?;
+            let used = meta.need("expert_used_count")?;
+            let ff = match meta.uint("expert_feed_forward_length")? {
+                Some(v) => v,
+                None => meta.need("feed_forward_length")?,
+            };
+            set("num_experts", json!(experts));
+            set("num_experts_per_tok", json!(used));
+            match arch {
+                Arch::Olmoe => {
+                    set("model_type", json!("olmoe"));
+                    set("intermediate_size", json!(ff));
+                    // llama.cpp's OLMoE graph does not renormalise the top-k weights.
+                    set("norm_topk_prob", json!(false));
+                    if let Some(clip) = meta.float("attention.clamp_kqv")? {
+                        set("clip_qkv", json!(clip));
+                    }
+                }
+                _ => {
+                    let qwen3 = arch == Arch::Qwen3Moe;
+                    set(
+                        "model_type",
+                        json!(if qwen3 { "qwen3_moe" } else { "qwen2_moe" }),
+                    );
+                    set("moe_intermediate_size", json!(ff));
+                    set(
+                        "intermediate_size",
+                        json!(meta.uint("feed_forward_length")?.unwrap_or(ff)),
+                    );
+                    // Qwen3-MoE renormalises the top-k weights; Qwen2-MoE does not.
+                    set("norm_topk_prob", json!(qwen3));
+                    set("decoder_sparse_step", json!(1));
+                    set("mlp_only_layers", json!([]));
+                    if !qwen3 {
+                        set("qkv_bias", json!(has("blk.0.attn_q.bias")));
+                        if let Some(s) = meta.uint("expert_shared_feed_forward_length")? {
+                            set("shared_expert_intermediate_size", json!(s));
+                        }
+                    }
+                    set("attention_bias", json!(has("blk.0.attn_q.bias")));
+                }
+            }
+        }
+    }
+    Ok(Value::Object(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_as_the_converter_writes_them() {
+        assert_eq!(
+            hf_name(Arch::Llama, "blk.3.attn_q.weight"),
+            Some(HfName::Plain(
+                "model.layers.3.self_attn.q_proj.weight".into()
+            ))
+        );
+        assert_eq!(
+            hf_name(Arch::Qwen3Moe, "blk.1.ffn_down_exps.weight"),
+            Some(HfName::Experts {
+                prefix: "model.layers.1.mlp.experts".into(),
+                suffix: "down_proj.weight".into()
+            })
+        );
+        // A dense FFN name in a MoE architecture, an expert name in a dense one: none.
+        assert_eq!(hf_name(Arch::Olmoe, "blk.0.ffn_gate.weight"), None);
+        assert_eq!(hf_name(Arch::Llama, "blk.0.ffn_gate_exps.weight"), None);
+        assert_eq!(hf_name(Arch::Llama, "blk.x.attn_q.weight"), None);
+    }
+
+    #[test]
+    fn missing_and_malformed_keys_are_named() {
+        let mut m = BTreeMap::new();
+        m.insert(
+            "llama.embedding_length".to_string(),
+            GgufValue::Str("64".into()),
+        );
+        let e = hf_config(Arch::Llama, &m, &[]).unwrap_err();
+        assert!(e.contains("llama.embedding_length"), "{e}");
+        m.insert("llama.embedding_length".to_string(), GgufValue::Int(64));
+        let e = hf_config(Arch::Llama, &m, &[]).unwrap_err();
+        assert!(
+            e.contains("missing metadata key \"llama.attention.head_count\""),
+            "{e}"
+        );
+        assert!(Arch::from_gguf("mamba").unwrap_err().contains("mamba"));
+    }
+}
