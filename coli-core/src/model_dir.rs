@@ -16,7 +16,7 @@ use crate::safetensors_header::{header_len, parse_header, Header};
 
 mod gguf;
 mod resident;
-pub use gguf::{is_gguf_path, GgufModel, GgufPart};
+pub use gguf::{is_gguf_path, model_gguf, GgufModel, GgufPart};
 pub use resident::make_resident;
 
 /// Environment variable listing extra directories (`:`-separated) searched for shards.
@@ -311,8 +311,8 @@ impl ModelDir {
     /// Opens `path`: reads `config.json`, locates and validates every shard.
     pub fn open(path: impl AsRef<Path>) -> Result<ModelDir> {
         let path = path.as_ref();
-        if is_gguf_path(path) && path.is_file() {
-            return ModelDir::open_gguf(path);
+        if let Some(file) = model_gguf(path)? {
+            return ModelDir::open_gguf(&file);
         }
         if !path.is_dir() {
             return Err(CoreError::MissingDir(path.to_path_buf()));
@@ -597,9 +597,9 @@ impl ModelDir {
     /// Reads `path/config.json` only; the directory has no tensors.
     pub fn config_only(path: impl AsRef<Path>) -> Result<ModelDir> {
         let path = path.as_ref();
-        if is_gguf_path(path) && path.is_file() {
+        if let Some(file) = model_gguf(path)? {
             // A GGUF's config is its metadata: only the header is parsed.
-            return ModelDir::open_gguf(path);
+            return ModelDir::open_gguf(&file);
         }
         if !path.is_dir() {
             return Err(CoreError::MissingDir(path.to_path_buf()));

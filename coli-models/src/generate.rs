@@ -8,7 +8,6 @@
 //! detokenization, and the expert-store figures of a run. `generate` takes `&self`: any
 //! number of requests may run over one engine, each with its own session.
 
-use coli_core::model_dir::is_gguf_path;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -302,11 +301,7 @@ impl Engine {
             }
         }
         model.place_experts(dir, placement)?;
-        let tokenizer = if dir.join("tokenizer.json").is_file() || is_gguf_path(dir) {
-            Some(TextTokenizer::load(dir)?)
-        } else {
-            None
-        };
+        let tokenizer = TextTokenizer::load_if_present(dir)?;
         Ok(Engine {
             dir: dir.to_path_buf(),
             model,

@@ -88,12 +88,12 @@ impl TextTokenizer {
     /// For a GGUF file, `tokenizer.json`/`tokenizer_config.json` beside it win; else the
     /// tokenizer and the chat template come from its `tokenizer.*` metadata.
     pub fn load(dir: &Path) -> Result<TextTokenizer> {
-        if coli_core::model_dir::is_gguf_path(dir) {
-            let beside = dir.parent().unwrap_or(Path::new("."));
+        if let Some(file) = coli_core::model_dir::model_gguf(dir)? {
+            let beside = file.parent().unwrap_or(Path::new("."));
             if beside.join("tokenizer.json").is_file() {
                 return TextTokenizer::load(beside);
             }
-            return TextTokenizer::from_gguf(dir);
+            return TextTokenizer::from_gguf(&file);
         }
         let path = dir.join("tokenizer.json");
         if !path.is_file() {
@@ -124,6 +124,22 @@ impl TextTokenizer {
             single_template,
             special,
         })
+    }
+
+    /// [`TextTokenizer::load`] when the model carries a tokenizer (`tokenizer.json`, or a
+    /// GGUF's `tokenizer.ggml.tokens`); `None` when it has none (ids-only fixtures).
+    pub fn load_if_present(dir: &Path) -> Result<Option<TextTokenizer>> {
+        let present = match coli_core::model_dir::model_gguf(dir)? {
+            Some(file) => {
+                let beside = file.parent().unwrap_or(Path::new("."));
+                beside.join("tokenizer.json").is_file()
+                    || coli_core::gguf::GgufFile::open(&file)?
+                        .metadata
+                        .contains_key("tokenizer.ggml.tokens")
+            }
+            None => dir.join("tokenizer.json").is_file(),
+        };
+        present.then(|| TextTokenizer::load(dir)).transpose()
     }
 
     /// The tokenizer of a GGUF's metadata (byte-level BPE, `tokenizer.ggml.model =

@@ -50,6 +50,9 @@ pub const TINY_FIXTURES: &[&str] = &[
     "deepseek_v4_fp4_release",
     "deepseek_v4_softmax",
     "gpt_oss_bf16_fused",
+    "gguf_llama_q4_k_m",
+    "gguf_llama_low_bit",
+    "gguf_qwen3_moe_mixed",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

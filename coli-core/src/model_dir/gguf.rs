@@ -307,6 +307,47 @@ pub fn is_gguf_path(path: &Path) -> bool {
         && !path.is_dir()
 }
 
+/// The GGUF that `path` names as a model: `path` itself when it is a `.gguf` file, or the
+/// one GGUF (the first part, when split) in a directory that has no `config.json`. `None`
+/// when `path` is a Hugging Face directory (or does not exist); an error when a directory
+/// without `config.json` holds several GGUF models, naming them.
+pub fn model_gguf(path: &Path) -> Result<Option<PathBuf>> {
+    if is_gguf_path(path) {
+        return Ok(path.is_file().then(|| path.to_path_buf()));
+    }
+    if !path.is_dir() || path.join("config.json").exists() {
+        return Ok(None);
+    }
+    let entries = std::fs::read_dir(path).map_err(|e| CoreError::io(path, e))?;
+    let mut found: Vec<PathBuf> = Vec::new();
+    for entry in entries {
+        let p = entry.map_err(|e| CoreError::io(path, e))?.path();
+        let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let first = split_name(name).is_none_or(|(_, no, _)| no == 1);
+        if is_gguf_path(&p) && p.is_file() && first {
+            found.push(p);
+        }
+    }
+    found.sort();
+    match found.len() {
+        0 | 1 => Ok(found.pop()),
+        _ => Err(gguf_err(
+            path,
+            format!(
+                "holds no config.json and {} GGUF models ({}): name the file to run",
+                found.len(),
+                found
+                    .iter()
+                    .filter_map(|p| p.file_name()?.to_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
+}
+
 impl ModelDir {
     /// Opens a GGUF file (or the first part of a split one) as a model.
     pub fn open_gguf(path: &Path) -> Result<ModelDir> {

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""GGUF oracle fixtures: tiny random models of each architecture coli reads from GGUF.
+
+Each fixture (tests/fixtures/gguf_<name>/) is a `model.gguf` whose tensors are written as
+llama.cpp's converter names and lays them out (experts stacked per layer in `*_exps`,
+Llama's Q/K rows permuted for interleaved RoPE), in a mix of quantization types per tensor
+as the common recipes mix them, and the reference of `transformers` on the GGUF's weights
+as gguf-py dequantizes them (loaded into the Hugging Face model by name, Q/K rows put back
+with the inverse of the converter's permutation).
+
+Blocks are random bytes with their f16 scales chosen for a 1/sqrt(fan_in) spread (every bit
+pattern of a block is a valid block), so every type's decoder is exercised in the model.
+
+    python oracle/gguf_models.py            # under oracle/requirements-tf5.txt
+"""
+import json
+import math
+import os
+import shutil
+import sys
+
+import numpy as np
+import torch
+import transformers
+from gguf import GGMLQuantizationType as T
+from gguf import GGUFWriter, quants
+from gguf.constants import GGML_QUANT_SIZES
+from transformers import AutoConfig, AutoModelForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from generate import ROOT, check_router_margins, decisive_init, reference  # noqa: E402
+from gguf_quants import F16_AT  # noqa: E402
+
+
+def blocks_for(ty, rows, cols, std, rng):
+    """`rows` rows of random `ty` blocks whose values spread about `std`."""
+    name = ty.name
+    bs, bb = GGML_QUANT_SIZES[ty]
+    n = rows * cols // bs
+    b = rng.integers(0, 256, (n, bb), dtype=np.uint8)
+    if name == "MXFP4":
+        # 2^(e-127)/2 * values up to 12: pick e so the spread is about `std`.
+        e = int(round(127 + math.log2(std) - 1))
+        b[:, 0] = rng.integers(e - 1, e + 2, n, dtype=np.uint8)
+        return b.reshape(rows, cols // bs * bb)
+
+    def set_scales(d):
+        d16 = (d * rng.choice([-1.0, 1.0], n)).astype(np.float16)
+        for off in F16_AT[name]:
+            b[:, off:off + 2] = d16.view(np.uint8).reshape(n, 2)
+        if name == "IQ1_M":
+            bits = d16.view(np.uint16)
+            words = b[:, 48:56].copy().view(np.uint16).reshape(n, 4) & np.uint16(0x0FFF)
+            for k, shift in enumerate([12, 8, 4, 0]):
+                words[:, k] |= ((bits >> np.uint16(shift)) & np.uint16(0xF)) << np.uint16(12)
+            b[:, 48:56] = words.view(np.uint8).reshape(n, 8)
+
+    set_scales(np.ones(n))
+    unit = quants.dequantize(b.reshape(-1), ty).std()
+    set_scales(np.full(n, std / unit))
+    return b.reshape(rows, cols // bs * bb)
+
+
+def dequant(raw, ty, shape):
+    return quants.dequantize(raw.reshape(-1), ty).reshape(shape).astype(np.float32)
+
+
+def hf_to_gguf_rows(w, heads):
+    """convert_hf_to_gguf's `permute`: Hugging Face Q/K rows in llama.cpp's RoPE order."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_to_hf_rows(w, heads):
+    return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+# Hugging Face tail of a layer tensor -> (GGUF tail, is stacked experts).
+LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+}
+EXPERT_NAMES = {"gate_up_proj": None, "down_proj": "ffn_down_exps.weight"}
+
+
+def build(name, model_type, arch, seed, types, n_experts=0, top_k=0, expert_inter=0, **kw):
+    cfg = AutoConfig.for_model(model_type, **kw)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    decisive_init(model, seed, 4.0)
+    rng = np.random.default_rng(seed)
+    sd = model.state_dict()
+    out_dir = os.path.join(ROOT, f"gguf_{name}")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.makedirs(out_dir)
+    w = GGUFWriter(os.path.join(out_dir, "model.gguf"), arch)
+    hd = cfg.head_dim if getattr(cfg, "head_dim", None) else cfg.hidden_size // cfg.num_attention_heads
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"] if hasattr(cfg, "rope_parameters") else cfg.rope_theta)
+    if n_experts:
+        w.add_expert_count(n_experts)
+        w.add_expert_used_count(top_k)
+        w.add_expert_feed_forward_length(expert_inter)
+    w.add_bos_token_id(cfg.bos_token_id)
+    w.add_eos_token_id(cfg.eos_token_id)
+    new_sd = {}
+
+    def put(gguf_name, hf_names, ty, tensor, permute_heads=None):
+        """Writes `tensor` (HF layout, [.., rows, cols]) as `ty` blocks; the HF model gets
+        the dequantized values (`hf_names`: one name, or one per expert)."""
+        shape = tuple(tensor.shape)
+        if ty in (T.F32,):
+            data = tensor.numpy().astype(np.float32)
+            w.add_tensor(gguf_name, data)
+            new_sd[hf_names[0]] = torch.from_numpy(data.copy())
+            return
+        rows = int(np.prod(shape[:-1]))
+        std = float(tensor.std()) or 0.05
+        raw = blocks_for(ty, rows, shape[-1], std, rng)
+        raw = raw.reshape(*shape[:-1], raw.shape[-1])
+        values = dequant(raw, ty, shape)
+        w.add_tensor(gguf_name, raw, raw_dtype=ty)
+        if permute_heads:
+            values = gguf_to_hf_rows(values, permute_heads)
+        if len(hf_names) == 1:
+            new_sd[hf_names[0]] = torch.from_numpy(values.copy())
+        else:
+            for e, n in enumerate(hf_names):
+                new_sd[n] = torch.from_numpy(values[e].copy())
+
+    put("token_embd.weight", ["model.embed_tokens.weight"], types["embd"], sd["model.embed_tokens.weight"])
+    put("output_norm.weight", ["model.norm.weight"], T.F32, sd["model.norm.weight"])
+    if not cfg.tie_word_embeddings:
+        put("output.weight", ["lm_head.weight"], types["output"], sd["lm_head.weight"])
+    for L in range(cfg.num_hidden_layers):
+        p = f"model.layers.{L}."
+        for tail, gtail in LAYER_NAMES.items():
+            if p + tail not in sd:
+                continue
+            t = sd[p + tail]
+            if t.dim() == 1 or tail == "mlp.gate.weight":
+                put(f"blk.{L}.{gtail}", [p + tail], T.F32, t)
+                continue
+            kind = tail.split(".")[1].replace("_proj", "").replace("weight", "")
+            heads = None
+            if arch == "llama" and tail == "self_attn.q_proj.weight":
+                heads = cfg.num_attention_heads
+            if arch == "llama" and tail == "self_attn.k_proj.weight":
+                heads = cfg.num_key_value_heads
+            ty = types[kind]
+            gguf_t = t
+            if heads:
+                gguf_t = torch.from_numpy(hf_to_gguf_rows(t.numpy(), heads))
+            put(f"blk.{L}.{gtail}", [p + tail], ty, gguf_t, permute_heads=heads)
+        if n_experts:
+            # transformers 5 keeps experts fused: gate_up_proj [E, 2I, H], down_proj [E, H, I].
+            gu = sd[p + "mlp.experts.gate_up_proj"]
+            down = sd[p + "mlp.experts.down_proj"]
+            inter = down.shape[-1]
+            gate, up = gu[:, :inter], gu[:, inter:]
+            vals = {}
+            for gname, t, ty in [("ffn_gate_exps", gate, types["exp_gate"]), ("ffn_up_exps", up, types["exp_up"]),
+                                 ("ffn_down_exps", down, types["exp_down"])]:
+                std = float(t.std())
+                raw = blocks_for(ty, t.shape[0] * t.shape[1], t.shape[2], std, rng).reshape(t.shape[0], t.shape[1], -1)
+                w.add_tensor(f"blk.{L}.{gname}.weight", raw, raw_dtype=ty)
+                vals[gname] = torch.from_numpy(dequant(raw, ty, tuple(t.shape)))
+            new_sd[p + "mlp.experts.gate_up_proj"] = torch.cat([vals["ffn_gate_exps"], vals["ffn_up_exps"]], dim=1)
+            new_sd[p + "mlp.experts.down_proj"] = vals["ffn_down_exps"]
+    missing = [k for k in sd if k not in new_sd and not (cfg.tie_word_embeddings and k == "lm_head.weight")]
+    assert not missing, missing
+    model.load_state_dict(new_sd, strict=False)
+    if cfg.tie_word_embeddings:
+        model.tie_weights()
+    gaps = check_router_margins(model, top_k) if n_experts else []
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ref, logits = reference(model, cfg.vocab_size, seed)
+    if gaps and min(gaps) < 1e-5:
+        sys.exit(f"{name}: a routing decision is within {min(gaps):.1e} of a tie; change the seed")
+    logits.tofile(os.path.join(out_dir, "logits.bin"))
+    ref["name"] = f"gguf_{name}"
+    ref["transformers"] = transformers.__version__
+    ref["torch"] = torch.__version__
+    ref["gguf_types"] = {k: v.name for k, v in types.items()}
+    with open(os.path.join(out_dir, "reference.json"), "w") as f:
+        json.dump(ref, f)
+    size = sum(os.path.getsize(os.path.join(out_dir, x)) for x in os.listdir(out_dir))
+    m = np.array(ref["top2_margin"]) / np.maximum(np.array(ref["max_abs_logit"]), 1e-9)
+    print(f"gguf_{name}: {size/1024:.0f} KiB, near-ties {int((m < 1e-3).sum())}/{len(m)}, "
+          f"router gap {min(gaps) if gaps else None}, greedy {ref['greedy'][:8]}")
+
+
+def main():
+    common = dict(vocab_size=256, hidden_size=256, num_hidden_layers=2, max_position_embeddings=256,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=0, num_attention_heads=4, num_key_value_heads=2)
+    # Q4_K_M-like: Q4_K attention and gate/up, Q6_K for v, down and the head, Q8_0 embedding.
+    build("llama_q4_k_m", "llama", "llama", 31, dict(embd=T.Q8_0, q=T.Q4_K, k=T.Q4_K, v=T.Q6_K, o=T.Q4_K,
+          gate=T.Q4_K, up=T.Q4_K, down=T.Q6_K, output=T.Q6_K), intermediate_size=256, tie_word_embeddings=False, **common)
+    # Low-bit recipes: K-quants and i-quants mixed in one model, untied head.
+    build("llama_low_bit", "llama", "llama", 32, dict(embd=T.Q5_K, output=T.Q6_K, q=T.IQ2_XXS, k=T.IQ3_S,
+          v=T.Q3_K, o=T.IQ2_XS, gate=T.Q2_K, up=T.IQ1_S, down=T.IQ4_XS), intermediate_size=256,
+          tie_word_embeddings=False, **common)
+    moe = dict(common, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, intermediate_size=64)
+    build("qwen3_moe_mixed", "qwen3_moe", "qwen3moe", 33, dict(embd=T.Q4_0, output=T.Q8_0, q=T.IQ2_S, k=T.IQ1_M,
+          v=T.Q5_0, o=T.Q5_1, exp_gate=T.Q4_1, exp_up=T.IQ4_NL, exp_down=T.MXFP4), n_experts=4, top_k=2,
+          expert_inter=64, tie_word_embeddings=False, head_dim=64, norm_topk_prob=True, **{k: v for k, v in moe.items()
+                                                                                        if k not in ("num_experts", "num_experts_per_tok")},
+          num_experts=4, num_experts_per_tok=2)
+
+
+if __name__ == "__main__":
+    main()
