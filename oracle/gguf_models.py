@@ -11,7 +11,9 @@ with the inverse of the converter's permutation).
 Blocks are random bytes with their f16 scales chosen for a 1/sqrt(fan_in) spread (every bit
 pattern of a block is a valid block), so every type's decoder is exercised in the model.
 
-    python oracle/gguf_models.py            # under oracle/requirements-tf5.txt
+    python oracle/gguf_models.py [NAME..]   # under oracle/requirements-tf5.txt (NAME: e.g. llama_q4_k_m)
+    python oracle/gguf_models.py demo FILE  # tests/fixtures/demo_gguf/reference.json: transformers'
+                                            # own GGUF loader and tokenizer on the demo model's GGUF
 """
 import json
 import math
@@ -92,7 +94,12 @@ LAYER_NAMES = {
 EXPERT_NAMES = {"gate_up_proj": None, "down_proj": "ffn_down_exps.weight"}
 
 
+ONLY = set()  # fixture names given on the command line (none: all)
+
+
 def build(name, model_type, arch, seed, types, n_experts=0, top_k=0, expert_inter=0, **kw):
+    if ONLY and name not in ONLY:
+        return
     cfg = AutoConfig.for_model(model_type, **kw)
     cfg._attn_implementation = "eager"
     torch.manual_seed(seed)
@@ -221,6 +228,11 @@ def main():
     build("llama_low_bit", "llama", "llama", 32, dict(embd=T.Q5_K, output=T.Q6_K, q=T.IQ2_XXS, k=T.IQ3_S,
           v=T.Q3_K, o=T.IQ2_XS, gate=T.Q2_K, up=T.IQ1_S, down=T.IQ4_XS), intermediate_size=256,
           tie_word_embeddings=False, **common)
+    # Mixtral is `llama` with experts in GGUF (Q/K rows permuted like Llama's).
+    build("mixtral_q4_k_m", "mixtral", "llama", 35, dict(embd=T.Q8_0, output=T.Q6_K, q=T.Q4_K, k=T.Q4_K,
+          v=T.Q6_K, o=T.Q4_K, exp_gate=T.Q4_0, exp_up=T.Q8_0, exp_down=T.Q4_1), n_experts=4, top_k=2,
+          expert_inter=64, intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
+          tie_word_embeddings=False, **common)
     moe = dict(common, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, intermediate_size=64)
     build("qwen3_moe_mixed", "qwen3_moe", "qwen3moe", 33, dict(embd=T.Q4_0, output=T.Q8_0, q=T.IQ2_S, k=T.IQ1_M,
           v=T.Q5_0, o=T.Q5_1, exp_gate=T.Q4_1, exp_up=T.IQ4_NL, exp_down=T.MXFP4), n_experts=4, top_k=2,
@@ -229,5 +241,48 @@ def main():
           num_experts=4, num_experts_per_tok=2)
 
 
+def demo_gguf(path):
+    """The demo model's GGUF as transformers reads it (`gguf_file=`: weights dequantized by
+    gguf-py, the tokenizer and chat template from the metadata), f32 compute."""
+    from transformers import AutoTokenizer
+    d, f = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, torch_dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    prompt = "The capital of France is"
+    prompt_ids = tok(prompt, add_special_tokens=False).input_ids
+    chat = tok.apply_chat_template([{"role": "user", "content": "Hi there"}], tokenize=False,
+                                   add_generation_prompt=True)
+    with torch.no_grad():
+        gen = model.generate(torch.tensor([prompt_ids]), max_new_tokens=24, do_sample=False,
+                             eos_token_id=None, pad_token_id=2)
+        seq = gen[0].tolist()
+        logits = model(gen).logits[0].float()
+        top2 = torch.topk(logits, 2, dim=-1).values
+    ref = {
+        "gguf": f,
+        "prompt": prompt,
+        "prompt_ids": prompt_ids,
+        "greedy_ids": seq[len(prompt_ids):],
+        "greedy_text": tok.decode(seq[len(prompt_ids):]),
+        "tf_pred": logits.argmax(-1).tolist(),
+        "top2_margin": (top2[:, 0] - top2[:, 1]).tolist(),
+        "chat_user": "Hi there",
+        "chat_rendered": chat,
+        "chat_ids": tok(chat, add_special_tokens=False).input_ids,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+    }
+    out = os.path.join(ROOT, "demo_gguf")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "reference.json"), "w") as fh:
+        json.dump(ref, fh)
+    print("demo gguf greedy:", repr(ref["greedy_text"]), "min margin", min(ref["top2_margin"]))
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[1] == "demo":
+        demo_gguf(sys.argv[2])
+    else:
+        ONLY.update(sys.argv[1:])
+        main()

@@ -358,6 +358,13 @@ impl GgufBuilder {
         }
         self
     }
+    /// Any metadata value, as the reader returns it (integers written as i64 or u64,
+    /// floats as f64, arrays typed by their first element).
+    pub fn value(mut self, key: &str, v: &gguf::GgufValue) -> Self {
+        let ty = value_type(v);
+        put_value(self.key(key, ty), v);
+        self
+    }
     /// A tensor: dims innermost first (GGUF order), ggml type id, raw data.
     pub fn tensor(mut self, name: &str, dims: &[u64], ty: u32, data: Vec<u8>) -> Self {
         self.tensors
@@ -411,6 +418,81 @@ impl GgufBuilder {
         v.extend(data);
         v
     }
+}
+
+fn value_type(v: &gguf::GgufValue) -> u32 {
+    use gguf::GgufValue::*;
+    match v {
+        Int(i) if *i > i64::MAX as i128 => 10,
+        Int(_) => 11,
+        Float(_) => 12,
+        Bool(_) => 7,
+        Str(_) => 8,
+        Array(_) => 9,
+    }
+}
+
+fn put_value(out: &mut Vec<u8>, v: &gguf::GgufValue) {
+    use gguf::GgufValue::*;
+    match v {
+        Int(i) if value_type(v) == 10 => out.extend((*i as u64).to_le_bytes()),
+        Int(i) => out.extend((*i as i64).to_le_bytes()),
+        Float(f) => out.extend(f.to_le_bytes()),
+        Bool(b) => out.push(*b as u8),
+        Str(x) => put_str(out, x),
+        Array(items) => {
+            let et = items.first().map_or(8, value_type);
+            out.extend(et.to_le_bytes());
+            out.extend((items.len() as u64).to_le_bytes());
+            for x in items {
+                put_value(out, x);
+            }
+        }
+    }
+}
+
+/// A GGUF split into `n` parts as `gguf-split` and `convert_hf_to_gguf.py
+/// --split-max-tensors` write them: the tensors in order, about `len / n` to a part; every
+/// part carries `split.no` (from 0), `split.count` and `split.tensors.count`; the first
+/// part also all of the model's metadata. Name part `k` `{stem}-0000k-of-0000n.gguf`.
+pub fn split_gguf(bytes: &[u8], n: usize) -> Result<Vec<Vec<u8>>, String> {
+    rewrite_gguf(bytes, n, |_| {})
+}
+
+/// [`split_gguf`] with the model's metadata edited first (to damage it in a test).
+pub fn rewrite_gguf(
+    bytes: &[u8],
+    n: usize,
+    edit: impl FnOnce(&mut std::collections::BTreeMap<String, gguf::GgufValue>),
+) -> Result<Vec<Vec<u8>>, String> {
+    let (mut meta, tensors) = gguf::parse(bytes)?;
+    edit(&mut meta);
+    if meta
+        .get("general.alignment")
+        .is_some_and(|a| a.as_u64() != Some(32))
+    {
+        return Err("only the default alignment (32) is re-laid out".into());
+    }
+    let n = n.clamp(1, tensors.len().max(1));
+    let per = tensors.len().div_ceil(n);
+    let mut parts = Vec::with_capacity(n);
+    for k in 0..n {
+        let mut b = GgufBuilder::new()
+            .u32("split.no", k as u32)
+            .u32("split.count", n as u32)
+            .u32("split.tensors.count", tensors.len() as u32);
+        if k == 0 {
+            for (key, v) in meta.iter().filter(|(k, _)| !k.starts_with("split.")) {
+                b = b.value(key, v);
+            }
+        }
+        for t in tensors.iter().skip(k * per).take(per) {
+            let dims: Vec<u64> = t.dims.iter().map(|&d| d as u64).collect();
+            b = b.tensor(&t.name, &dims, t.ty.id(), bytes[t.range.clone()].to_vec());
+        }
+        parts.push(b.build());
+    }
+    Ok(parts)
 }
 
 /// A safetensors file from header JSON and `data_len` zero bytes of data.

@@ -393,8 +393,12 @@ pub fn parse(buf: &[u8]) -> Result<(BTreeMap<String, GgufValue>, Vec<GgufTensor>
     for _ in 0..n_kv {
         let at = r.pos;
         let key = r.string()?;
-        let ty = r.u32()?;
-        let v = r.value(ty, 0)?;
+        let ty = r
+            .u32()
+            .map_err(|e| format!("metadata key \"{key}\": {e}"))?;
+        let v = r
+            .value(ty, 0)
+            .map_err(|e| format!("metadata key \"{key}\": {e}"))?;
         if metadata.contains_key(&key) {
             return Err(format!(
                 "metadata key \"{key}\" at byte {at} appears twice (each key once expected)"
@@ -411,15 +415,17 @@ pub fn parse(buf: &[u8]) -> Result<(BTreeMap<String, GgufValue>, Vec<GgufTensor>
                 "tensor \"{name}\" appears twice in the tensor directory (each name once expected)"
             ));
         }
-        let nd = r.u32()?;
+        let in_entry = |e: String| format!("tensor \"{name}\": {e}");
+        let nd = r.u32().map_err(in_entry)?;
         if nd > 4 {
             return Err(format!("tensor \"{name}\": {nd} dimensions (at most 4)"));
         }
         let dims = (0..nd)
             .map(|_| r.u64().map(|d| d as usize))
-            .collect::<Result<Vec<_>, _>>()?;
-        let ty_id = r.u32()?;
-        let offset = r.u64()?;
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(in_entry)?;
+        let ty_id = r.u32().map_err(in_entry)?;
+        let offset = r.u64().map_err(in_entry)?;
         infos.push((name, dims, ty_id, offset));
     }
     let alignment = match metadata.get("general.alignment") {
@@ -678,6 +684,81 @@ mod tests {
         let mut bad = buf.clone();
         bad[0] = b'X';
         assert!(parse(&bad).unwrap_err().contains("magic"));
+    }
+
+    /// A GGUF with one metadata key of type `ty` whose payload is `payload`.
+    fn one_key(ty: u32, payload: &[u8]) -> Vec<u8> {
+        let mut v = b"GGUF".to_vec();
+        v.extend(3u32.to_le_bytes());
+        v.extend(0u64.to_le_bytes());
+        v.extend(1u64.to_le_bytes());
+        s(&mut v, "general.name");
+        v.extend(ty.to_le_bytes());
+        v.extend(payload);
+        v
+    }
+
+    #[test]
+    fn hostile_metadata_is_refused_by_key_without_allocating() {
+        // A string that is not UTF-8.
+        let mut p = 2u64.to_le_bytes().to_vec();
+        p.extend([0xff, 0xfe]);
+        let e = parse(&one_key(8, &p)).unwrap_err();
+        assert!(e.contains("\"general.name\"") && e.contains("UTF-8"), "{e}");
+        // An array claiming 2^60 elements: refused by the file size, not allocated.
+        let mut p = 0u32.to_le_bytes().to_vec();
+        p.extend((1u64 << 60).to_le_bytes());
+        let e = parse(&one_key(9, &p)).unwrap_err();
+        assert!(
+            e.contains("\"general.name\"") && e.contains("exceeds the file size"),
+            "{e}"
+        );
+        // A string of 2^60 bytes.
+        let e = parse(&one_key(8, &(1u64 << 60).to_le_bytes())).unwrap_err();
+        assert!(e.contains("exceeds the file size"), "{e}");
+        // An unknown value type.
+        let e = parse(&one_key(99, &[])).unwrap_err();
+        assert!(
+            e.contains("\"general.name\"") && e.contains("type 99"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_tensor_entries_are_refused_by_name() {
+        let buf = tiny();
+        // 24 header bytes, the key (8 + 17 + 4 + 4), the name (8 + 1), nd (4), then the
+        // dim (8) at 70, the type id (4) at 78 and the offset (8) at 82.
+        let entry = 78;
+        let mut bad = buf.clone();
+        bad[entry..entry + 4].copy_from_slice(&77u32.to_le_bytes());
+        let e = parse(&bad).unwrap_err();
+        assert!(
+            e.contains("tensor \"w\"") && e.contains("ggml type 77"),
+            "{e}"
+        );
+        // A row length that is not a whole number of blocks.
+        let mut bad = buf.clone();
+        bad[entry - 8..entry].copy_from_slice(&33u64.to_le_bytes());
+        let e = parse(&bad).unwrap_err();
+        assert!(
+            e.contains("tensor \"w\"") && e.contains("block size"),
+            "{e}"
+        );
+        // An offset past the end.
+        let mut bad = buf.clone();
+        bad[entry + 4..entry + 12].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let e = parse(&bad).unwrap_err();
+        assert!(
+            e.contains("tensor \"w\"") && e.contains("past the end"),
+            "{e}"
+        );
+        // Data cut short.
+        let e = parse(&buf[..buf.len() - 1]).unwrap_err();
+        assert!(
+            e.contains("tensor \"w\"") && e.contains("past the end"),
+            "{e}"
+        );
     }
 
     proptest! {

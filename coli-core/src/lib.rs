@@ -22,4 +22,6 @@ pub mod write;
 pub use config::{yarn_get_mscale, RawConfig, RopeParameters, RopeScaling, YarnParameters};
 pub use dtype::{DType, FP8_E4M3_TABLE};
 pub use error::{CoreError, Result};
-pub use model_dir::{make_resident, shard_files, shard_paths, ModelDir, TensorView};
+pub use model_dir::{
+    make_resident, model_files, shard_files, shard_paths, sidecar_path, ModelDir, TensorView,
+};

@@ -16,7 +16,7 @@ use crate::safetensors_header::{header_len, parse_header, Header};
 
 mod gguf;
 mod resident;
-pub use gguf::{is_gguf_path, model_gguf, GgufModel, GgufPart};
+pub use gguf::{gguf_part_paths, is_gguf_path, model_gguf, GgufModel, GgufPart, GgufTensorInfo};
 pub use resident::make_resident;
 
 /// Environment variable listing extra directories (`:`-separated) searched for shards.
@@ -290,6 +290,39 @@ fn shard_files_with(
         }
         (found, None)
     })
+}
+
+/// The files the model at `path` is read from, in a stable order: `config.json`, the index
+/// when there is one and every shard of a Hugging Face directory; every part of a GGUF.
+/// What a cache keyed on the model's files (the planner's analysis, a tuning result, a
+/// saved conversation) must stamp.
+pub fn model_files(path: &Path) -> Result<Vec<PathBuf>> {
+    if let Some(file) = model_gguf(path)? {
+        return gguf_part_paths(&file);
+    }
+    let mut files = vec![path.join("config.json")];
+    let index = path.join("model.safetensors.index.json");
+    if index.is_file() {
+        files.push(index);
+    }
+    files.extend(shard_paths(path)?);
+    Ok(files)
+}
+
+/// Where the model at `path` keeps its sidecar `name` (`.coli_usage`,
+/// `.coli_analysis.json`, …): inside a Hugging Face directory; beside a GGUF, prefixed
+/// with its file name (`.{file}{name}`, e.g. `.Kimi-K2-Q2_K-00001-of-00004.gguf.coli_usage`)
+/// so two GGUFs in one directory keep their own, whether the file or its directory was
+/// named.
+pub fn sidecar_path(path: &Path, name: &str) -> PathBuf {
+    match model_gguf(path) {
+        Ok(Some(file)) => {
+            let file_name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+            let dir = file.parent().unwrap_or(Path::new("."));
+            dir.join(format!(".{}{name}", file_name.unwrap_or_default()))
+        }
+        _ => path.join(name),
+    }
 }
 
 /// An opened model directory: its config and every tensor of every shard.

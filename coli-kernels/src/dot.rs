@@ -118,7 +118,11 @@ impl WFormat {
     /// gives it, block formats decoded a block at a time.
     pub fn load_row(self, row: &[u8], out: &mut [f32]) {
         if let WFormat::Ggml(t) = self {
-            coli_core::gguf::dequantize(t, row, out).expect("a row of whole blocks");
+            // The fused types decode in registers (the same bits), the others by the
+            // reference decoder.
+            if !crate::ggml_dot::dequant_row(crate::cpu::best(), t, row, out) {
+                coli_core::gguf::dequantize(t, row, out).expect("a row of whole blocks");
+            }
             return;
         }
         for (i, o) in out.iter_mut().enumerate() {
@@ -156,7 +160,10 @@ pub fn dot_scalar(fmt: WFormat, row: &[u8], x: &[f32]) -> f32 {
         // The same chain over the row's values, decoded a block at a time rather than
         // one element at a time.
         let mut values = vec![0.0f32; x.len()];
-        fmt.load_row(row, &mut values);
+        let WFormat::Ggml(t) = fmt else {
+            unreachable!("block formats are ggml types")
+        };
+        coli_core::gguf::dequantize(t, row, &mut values).expect("a row of whole blocks");
         tail(WFormat::F32, bytemuck_f32(&values), x, 0, &mut acc);
         return reduce_lanes(acc);
     }
@@ -192,8 +199,15 @@ pub fn dot_rows_prefetch<const R: usize>(
         );
     }
     if !fmt.has_vector_path() {
-        // Quantized matrices are dequantized to f32 rows by the matmul; a bare quantized
-        // dot takes the reference path (same bits by definition).
+        // GGUF blocks of a fused type decode in registers (the same bits); other quantized
+        // matrices are dequantized to f32 rows by the matmul, and a bare quantized dot
+        // takes the reference path (same bits by definition).
+        if let WFormat::Ggml(ty) = fmt {
+            return rows.map(|r| {
+                crate::ggml_dot::dot_tokens(isa, ty, r, [x])
+                    .map_or_else(|| dot_scalar(fmt, r, x), |v| v[0])
+            });
+        }
         return rows.map(|r| dot_scalar(fmt, r, x));
     }
     match isa {

@@ -12,6 +12,7 @@ pub mod deltanet;
 pub mod dequant;
 pub mod dot;
 pub mod fast;
+pub mod ggml_dot;
 pub mod matmul;
 pub mod norm;
 pub mod qdot;

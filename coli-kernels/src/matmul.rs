@@ -231,7 +231,9 @@ unsafe impl Sync for OutPtr {}
 /// Computes rows `r0..r1` of `out[t * m.rows + r] = m.row(r) · xs[t]` for every token `t`.
 fn rows_block(isa: Isa, m: &MatRef, xs: &[f32], n_tok: usize, r0: usize, r1: usize, out: OutPtr) {
     if m.fmt.is_block() {
-        rows_block_dequantized(isa, m, xs, n_tok, r0, r1, out);
+        if !rows_block_ggml_fused(isa, m, xs, n_tok, r0, r1, out) {
+            rows_block_dequantized(isa, m, xs, n_tok, r0, r1, out);
+        }
     } else if m.scales.is_some() {
         rows_block_scaled(isa, m, xs, n_tok, r0, r1, out);
     } else {
@@ -288,6 +290,56 @@ fn rows_block_scaled(
         return;
     }
     rows_block_dequantized(isa, m, xs, n_tok, r0, r1, out)
+}
+
+/// GGUF block rows for few tokens (decode): each row's blocks decoded in registers by
+/// [`crate::ggml_dot`], shared by the tokens. `false` (nothing written) when the type, the
+/// ISA or the token count has no fused path; the dequantizing path gives the same bits.
+fn rows_block_ggml_fused(
+    isa: Isa,
+    m: &MatRef,
+    xs: &[f32],
+    n_tok: usize,
+    r0: usize,
+    r1: usize,
+    out: OutPtr,
+) -> bool {
+    let WFormat::Ggml(ty) = m.fmt else {
+        return false;
+    };
+    if !crate::ggml_dot::fused(ty) || n_tok == 0 || n_tok > 3 || isa == Isa::Scalar {
+        return false;
+    }
+    match n_tok {
+        1 => ggml_fused_rows::<1>(isa, ty, m, xs, r0, r1, out),
+        2 => ggml_fused_rows::<2>(isa, ty, m, xs, r0, r1, out),
+        _ => ggml_fused_rows::<3>(isa, ty, m, xs, r0, r1, out),
+    }
+}
+
+fn ggml_fused_rows<const T: usize>(
+    isa: Isa,
+    ty: coli_core::gguf::GgmlType,
+    m: &MatRef,
+    xs: &[f32],
+    r0: usize,
+    r1: usize,
+    out: OutPtr,
+) -> bool {
+    let k = m.cols;
+    let x: [&[f32]; T] = std::array::from_fn(|t| &xs[t * k..(t + 1) * k]);
+    for r in r0..r1 {
+        let Some(got) = crate::ggml_dot::dot_tokens(isa, ty, m.row(r), x) else {
+            // The same type and ISA for every row: only the first can fail, nothing written.
+            return false;
+        };
+        for (t, v) in got.into_iter().enumerate() {
+            // SAFETY: t < T = n_tok and r < m.rows: inside `out` (n_tok * m.rows elements);
+            // the task owns rows r0..r1.
+            unsafe { *out.0.add(t * m.rows + r) = v };
+        }
+    }
+    true
 }
 
 /// Rows `r0..r1` four at a time dequantized to f32 (per-thread buffer), then the f32

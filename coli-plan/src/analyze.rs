@@ -21,8 +21,9 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use coli_core::model_dir::model_gguf;
 use coli_core::safetensors_header::{header_len, parse_header};
-use coli_core::{shard_paths, CoreError, RawConfig};
+use coli_core::{model_files, shard_paths, sidecar_path, CoreError, ModelDir, RawConfig};
 use coli_models::families::{classify, lookup, FamilyDescriptor, TensorClass};
 use serde::{Deserialize, Serialize};
 
@@ -180,8 +181,14 @@ fn stamp(path: &Path) -> Result<FileStamp> {
     })
 }
 
-/// The files the analysis depends on, stamped.
+/// The files the analysis depends on, stamped, and the weight files among them (a
+/// GGUF's parts, or the shards).
 fn signature(dir: &Path) -> Result<(Vec<PathBuf>, Vec<FileStamp>)> {
+    if model_gguf(dir).map_err(|e| e.to_string())?.is_some() {
+        let parts = model_files(dir).map_err(|e| e.to_string())?;
+        let sig = parts.iter().map(|p| stamp(p)).collect::<Result<Vec<_>>>()?;
+        return Ok((parts, sig));
+    }
     let shards = shard_paths(dir).map_err(|e| e.to_string())?;
     let mut files = vec![dir.join("config.json")];
     let index = dir.join("model.safetensors.index.json");
@@ -199,7 +206,7 @@ pub fn analyze(dir: &Path) -> crate::Result<(Analysis, CacheOutcome)> {
 }
 
 fn analyze_cached(dir: &Path) -> Result<(Analysis, CacheOutcome)> {
-    let path = dir.join(SIDECAR);
+    let path = sidecar_path(dir, SIDECAR);
     if let Some(a) = quick_hit(dir, &path) {
         return Ok((a, CacheOutcome::Hit));
     }
@@ -288,9 +295,121 @@ fn read_header(path: &Path) -> Result<coli_core::safetensors_header::Header> {
     parse_header(&json, len).map_err(bad)
 }
 
+/// One tensor as the scan totals it: its name, stored dtype, bytes and outermost dim.
+struct Record<'a> {
+    name: &'a str,
+    dtype: &'a str,
+    bytes: u64,
+    outer: usize,
+}
+
+/// Totals of a scan in progress.
+struct Totals<'f> {
+    a: Analysis,
+    family: &'f FamilyDescriptor,
+    experts: BTreeMap<(usize, usize), u64>,
+}
+
+impl Totals<'_> {
+    /// Classifies one tensor by the family's name layout and adds its bytes.
+    fn add(&mut self, r: &Record<'_>) {
+        let (a, bytes, name) = (&mut self.a, r.bytes, r.name);
+        a.model_bytes += bytes;
+        let class = classify(&self.family.layout, name, a.n_layers);
+        match class {
+            TensorClass::Dense => a.dense_bytes += bytes,
+            TensorClass::Expert { layer, expert } => {
+                *self.experts.entry((layer, expert)).or_insert(0) += bytes;
+                a.expert_bytes += bytes;
+            }
+            TensorClass::FusedExperts { layer } => {
+                // Slice e of the first dimension is expert e.
+                let n = r.outer.max(1) as u64;
+                for expert in 0..n as usize {
+                    *self.experts.entry((layer, expert)).or_insert(0) += bytes / n;
+                }
+                a.expert_bytes += bytes;
+            }
+            TensorClass::SharedExpert { .. } => a.shared_expert_bytes += bytes,
+            TensorClass::Indexer { .. } => a.indexer_bytes += bytes,
+            // The MTP layer's copies of the embedding and the head are never read: it
+            // uses the main model's.
+            TensorClass::Mtp { .. }
+                if name.ends_with(".embed_tokens.weight")
+                    || name.ends_with(".shared_head.head.weight") =>
+            {
+                a.ignored_bytes += bytes
+            }
+            TensorClass::Mtp { .. } => a.mtp_bytes += bytes,
+            TensorClass::Ignored => a.ignored_bytes += bytes,
+        }
+        let by_dtype = match class {
+            TensorClass::Expert { .. } | TensorClass::FusedExperts { .. } => {
+                Some(&mut a.expert_dtype_bytes)
+            }
+            TensorClass::Mtp { .. } | TensorClass::Ignored => None,
+            _ => Some(&mut a.resident_dtype_bytes),
+        };
+        if let Some(m) = by_dtype {
+            // Fused expert blocks are MXFP4 (U8 bytes holding e2m1 pairs): their own
+            // kernel rate, not coli int4's.
+            let dtype = match class {
+                TensorClass::FusedExperts { .. } if r.dtype == "U8" => "MXFP4",
+                _ => r.dtype,
+            };
+            *m.entry(dtype.to_string()).or_insert(0) += bytes;
+        }
+    }
+
+    /// Adds one weight file's summary.
+    fn file(&mut self, path: &Path, tensors: usize) {
+        self.a.tensor_count += tensors;
+        self.a.shards.push(ShardSummary {
+            file: path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+            tensors,
+        });
+    }
+
+    /// The per-expert and per-layer figures from the totals.
+    fn finish(mut self) -> Analysis {
+        let a = &mut self.a;
+        let mut per_expert: Vec<u64> = self.experts.values().copied().collect();
+        per_expert.sort_unstable();
+        a.typical_expert_bytes = per_expert.get(per_expert.len() / 2).copied().unwrap_or(0);
+        a.max_expert_bytes = per_expert.last().copied().unwrap_or(0);
+        let mut layers: BTreeMap<usize, ExpertLayer> = BTreeMap::new();
+        for (&(layer, _), &b) in &self.experts {
+            let l = layers.entry(layer).or_insert(ExpertLayer {
+                layer,
+                experts: 0,
+                bytes: 0,
+                max_expert_bytes: 0,
+            });
+            l.experts += 1;
+            l.bytes += b;
+            l.max_expert_bytes = l.max_expert_bytes.max(b);
+        }
+        a.expert_layers = layers.into_values().collect();
+        self.a
+    }
+}
+
 fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
     SCANS.fetch_add(1, Ordering::Relaxed);
-    let config = RawConfig::read(&dir.join("config.json")).map_err(|e| e.to_string())?;
+    // A GGUF is opened whole (its tensor directory is its header); a Hugging Face
+    // directory by its config, its headers read below.
+    let gguf = match model_gguf(dir).map_err(|e| e.to_string())? {
+        Some(_) => Some(ModelDir::open(dir).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let config = match &gguf {
+        Some(md) => md.config.clone(),
+        None => RawConfig::read(&dir.join("config.json")).map_err(|e| e.to_string())?,
+    };
     let model_type = config.model_type().map_err(|e| e.to_string())?.to_string();
     let family = lookup(&model_type).map_err(|e| e.to_string())?;
     let n_layers = config
@@ -302,28 +421,69 @@ fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
             msg: "key \"num_hidden_layers\": missing or not a number".into(),
         })
         .map_err(|e| e.to_string())? as usize;
-    let mut a = Analysis {
-        model_type,
-        family_name: family.display_name.to_string(),
-        n_layers,
-        shards: Vec::new(),
-        tensor_count: 0,
-        model_bytes: 0,
-        dense_bytes: 0,
-        untied_embedding_bytes: 0,
-        embedding_mapped: false,
-        shared_expert_bytes: 0,
-        indexer_bytes: 0,
-        mtp_bytes: 0,
-        ignored_bytes: 0,
-        expert_bytes: 0,
-        expert_layers: Vec::new(),
-        typical_expert_bytes: 0,
-        max_expert_bytes: 0,
-        resident_dtype_bytes: BTreeMap::new(),
-        expert_dtype_bytes: BTreeMap::new(),
+    let mut t = Totals {
+        a: Analysis {
+            model_type,
+            family_name: family.display_name.to_string(),
+            n_layers,
+            shards: Vec::new(),
+            tensor_count: 0,
+            model_bytes: 0,
+            dense_bytes: 0,
+            untied_embedding_bytes: 0,
+            embedding_mapped: false,
+            shared_expert_bytes: 0,
+            indexer_bytes: 0,
+            mtp_bytes: 0,
+            ignored_bytes: 0,
+            expert_bytes: 0,
+            expert_layers: Vec::new(),
+            typical_expert_bytes: 0,
+            max_expert_bytes: 0,
+            resident_dtype_bytes: BTreeMap::new(),
+            expert_dtype_bytes: BTreeMap::new(),
+        },
+        family,
+        experts: BTreeMap::new(),
     };
-    // Headers are read and validated in parallel; the totals are summed in shard order.
+    let md = match gguf {
+        Some(md) => {
+            scan_gguf(&md, &mut t);
+            Ok(md)
+        }
+        None => {
+            scan_headers(shards, &mut t)?;
+            ModelDir::open(dir)
+        }
+    };
+    let mut a = t.finish();
+    (a.untied_embedding_bytes, a.embedding_mapped) = embedding_placement(md, family, &config);
+    Ok(a)
+}
+
+/// A GGUF's tensors under their Hugging Face names (each expert of a stacked tensor by
+/// itself); the parse that opened it validated every offset and size.
+fn scan_gguf(md: &ModelDir, t: &mut Totals<'_>) {
+    let Some(g) = md.gguf() else { return };
+    let mut names: Vec<&str> = g.names().collect();
+    names.sort_unstable();
+    for name in names {
+        if let Some(info) = g.tensor_info(name) {
+            t.add(&Record {
+                name,
+                dtype: info.dtype,
+                bytes: info.bytes,
+                outer: info.shape.first().copied().unwrap_or(1),
+            });
+        }
+    }
+    for part in &g.parts {
+        t.file(&part.path, part.tensors.len());
+    }
+}
+
+/// Every shard's header, read and validated in parallel; the totals summed in shard order.
+fn scan_headers(shards: &[PathBuf], t: &mut Totals<'_>) -> Result<()> {
     use rayon::prelude::*;
     let headers = shards
         .par_iter()
@@ -345,93 +505,29 @@ fn scan(dir: &Path, shards: &[PathBuf]) -> Result<Analysis> {
         ));
     }
     drop(names);
-    let mut experts: BTreeMap<(usize, usize), u64> = BTreeMap::new();
     for (path, h) in shards.iter().zip(&headers) {
         for (name, e) in &h.tensors {
-            let bytes = e.file_range.len() as u64;
-            a.model_bytes += bytes;
-            let class = classify(&family.layout, name, n_layers);
-            match class {
-                TensorClass::Dense => a.dense_bytes += bytes,
-                TensorClass::Expert { layer, expert } => {
-                    *experts.entry((layer, expert)).or_insert(0) += bytes;
-                    a.expert_bytes += bytes;
-                }
-                TensorClass::FusedExperts { layer } => {
-                    // Slice e of the first dimension is expert e.
-                    let n = e.shape.first().copied().unwrap_or(1).max(1) as u64;
-                    for expert in 0..n as usize {
-                        *experts.entry((layer, expert)).or_insert(0) += bytes / n;
-                    }
-                    a.expert_bytes += bytes;
-                }
-                TensorClass::SharedExpert { .. } => a.shared_expert_bytes += bytes,
-                TensorClass::Indexer { .. } => a.indexer_bytes += bytes,
-                // The MTP layer's copies of the embedding and the head are never read: it
-                // uses the main model's.
-                TensorClass::Mtp { .. }
-                    if name.ends_with(".embed_tokens.weight")
-                        || name.ends_with(".shared_head.head.weight") =>
-                {
-                    a.ignored_bytes += bytes
-                }
-                TensorClass::Mtp { .. } => a.mtp_bytes += bytes,
-                TensorClass::Ignored => a.ignored_bytes += bytes,
-            }
-            let by_dtype = match class {
-                TensorClass::Expert { .. } | TensorClass::FusedExperts { .. } => {
-                    Some(&mut a.expert_dtype_bytes)
-                }
-                TensorClass::Mtp { .. } | TensorClass::Ignored => None,
-                _ => Some(&mut a.resident_dtype_bytes),
-            };
-            if let Some(m) = by_dtype {
-                // Fused expert blocks are MXFP4 (U8 bytes holding e2m1 pairs): their own
-                // kernel rate, not coli int4's.
-                let dtype = match class {
-                    TensorClass::FusedExperts { .. } if e.dtype == "U8" => "MXFP4",
-                    _ => e.dtype.as_str(),
-                };
-                *m.entry(dtype.to_string()).or_insert(0) += bytes;
-            }
+            t.add(&Record {
+                name,
+                dtype: &e.dtype,
+                bytes: e.file_range.len() as u64,
+                outer: e.shape.first().copied().unwrap_or(1),
+            });
         }
-        a.tensor_count += h.tensors.len();
-        a.shards.push(ShardSummary {
-            file: path
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
-            tensors: h.tensors.len(),
-        });
+        t.file(path, h.tensors.len());
     }
-    let mut per_expert: Vec<u64> = experts.values().copied().collect();
-    per_expert.sort_unstable();
-    a.typical_expert_bytes = per_expert.get(per_expert.len() / 2).copied().unwrap_or(0);
-    a.max_expert_bytes = per_expert.last().copied().unwrap_or(0);
-    let mut layers: BTreeMap<usize, ExpertLayer> = BTreeMap::new();
-    for (&(layer, _), &b) in &experts {
-        let l = layers.entry(layer).or_insert(ExpertLayer {
-            layer,
-            experts: 0,
-            bytes: 0,
-            max_expert_bytes: 0,
-        });
-        l.experts += 1;
-        l.bytes += b;
-        l.max_expert_bytes = l.max_expert_bytes.max(b);
-    }
-    a.expert_layers = layers.into_values().collect();
-    (a.untied_embedding_bytes, a.embedding_mapped) = embedding_placement(dir, family, &config);
-    Ok(a)
+    Ok(())
 }
-
 /// The embedding table's bytes when the head does not read them and whether the loader
 /// leaves it in its shard, from the model as the family builds it (headers and views
 /// only: no weight is copied). A model the family cannot build gets the estimate
 /// `vocab_size * hidden_size * 2` (a bf16 table), copied.
-fn embedding_placement(dir: &Path, family: &FamilyDescriptor, config: &RawConfig) -> (u64, bool) {
-    let built = coli_core::ModelDir::open(dir)
+fn embedding_placement(
+    md: coli_core::Result<ModelDir>,
+    family: &FamilyDescriptor,
+    config: &RawConfig,
+) -> (u64, bool) {
+    let built = md
         .map_err(coli_models::ModelError::from)
         .and_then(|d| (family.load)(&d));
     match built {

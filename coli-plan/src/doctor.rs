@@ -59,8 +59,13 @@ pub fn run(dir: &Path, deep: bool, ram: Option<u64>) -> Vec<Check> {
     let mut out = Vec::new();
     let gb = |b: u64| format!("{:.2} GB", b as f64 / 1e9);
     // Config and family.
-    let config = match coli_core::RawConfig::read(&dir.join("config.json")) {
-        Result::Ok(c) => {
+    // A GGUF (a file, or the one in a directory without config.json): its config is its
+    // metadata, its weight files its parts.
+    let gguf = coli_core::model_dir::model_gguf(dir);
+    let is_gguf = matches!(gguf, Result::Ok(Some(_)));
+    let config = match gguf.and_then(|_| coli_core::ModelDir::config_only(dir)) {
+        Result::Ok(md) => {
+            let c = md.config;
             out.push(check("config", Ok, format!("{} parses", c.path.display())));
             Some(c)
         }
@@ -87,7 +92,21 @@ pub fn run(dir: &Path, deep: bool, ram: Option<u64>) -> Vec<Check> {
             "no config.json to read model_type from",
         )),
     }
-    out.push(if dir.join("tokenizer.json").is_file() {
+    out.push(if is_gguf {
+        match coli_models::tokenizer::TextTokenizer::load_if_present(dir) {
+            Result::Ok(Some(_)) => check(
+                "tokenizer",
+                Ok,
+                "tokenizer loads (metadata or tokenizer.json beside)",
+            ),
+            Result::Ok(None) => check(
+                "tokenizer",
+                Warning,
+                "no tokenizer.ggml.tokens and no tokenizer.json beside: only --prompt-ids works",
+            ),
+            Err(e) => check("tokenizer", Error, e.to_string()),
+        }
+    } else if dir.join("tokenizer.json").is_file() {
         check("tokenizer", Ok, "tokenizer.json present")
     } else {
         check(
@@ -97,13 +116,14 @@ pub fn run(dir: &Path, deep: bool, ram: Option<u64>) -> Vec<Check> {
         )
     });
     // Shards present (names resolved, files exist).
-    let shards = coli_core::shard_paths(dir);
+    let shards = if is_gguf {
+        coli_core::model_files(dir)
+    } else {
+        coli_core::shard_paths(dir)
+    };
+    let what = if is_gguf { "GGUF part" } else { "shard file" };
     match &shards {
-        Result::Ok(s) => out.push(check(
-            "shards",
-            Ok,
-            format!("{} shard file(s) found", s.len()),
-        )),
+        Result::Ok(s) => out.push(check("shards", Ok, format!("{} {what}(s) found", s.len()))),
         Err(e) => out.push(check("shards", Error, e.to_string())),
     }
     match free_disk(dir) {
@@ -183,8 +203,12 @@ pub fn run(dir: &Path, deep: bool, ram: Option<u64>) -> Vec<Check> {
         )),
         Err(e) => out.push(check("headers", Error, e.to_string())),
     }
-    out.push(numbering(dir));
-    out.push(index_agrees(dir));
+    if is_gguf {
+        out.push(gguf_numbering(dir));
+    } else {
+        out.push(numbering(dir));
+        out.push(index_agrees(dir));
+    }
     out.push(match coli_core::ModelDir::open(dir) {
         Result::Ok(md) => match family {
             Some(Result::Ok(f)) => match (f.load)(&md) {
@@ -207,7 +231,7 @@ pub fn run(dir: &Path, deep: bool, ram: Option<u64>) -> Vec<Check> {
 
 /// Whether sidecars can be written: create and remove a temp file.
 fn writable(dir: &Path) -> Check {
-    let probe = coli_core::write::temp_path_for(&dir.join(".coli_doctor"));
+    let probe = coli_core::write::temp_path_for(&coli_core::sidecar_path(dir, ".coli_doctor"));
     match std::fs::File::create(&probe) {
         Result::Ok(_) => {
             let _ = std::fs::remove_file(&probe);
@@ -284,6 +308,55 @@ fn numbering(dir: &Path) -> Check {
             }
         }
     }
+}
+
+/// A GGUF's parts: every `{stem}-0000k-of-0000N.gguf` present, each parsing (offsets,
+/// sizes, alignment: a truncated or corrupt part is named with its first bad tensor), and
+/// saying its own number (`split.no`) and the count (`split.count`).
+fn gguf_numbering(dir: &Path) -> Check {
+    let first = match coli_core::model_dir::model_gguf(dir) {
+        Result::Ok(Some(f)) => f,
+        Result::Ok(None) => return check("numbering", Status::Error, "no GGUF"),
+        Err(e) => return check("numbering", Status::Error, e.to_string()),
+    };
+    let parts = match coli_core::model_dir::gguf_part_paths(&first) {
+        Result::Ok(p) => p,
+        Err(e) => return check("numbering", Status::Error, e.to_string()),
+    };
+    let n = parts.len();
+    for (k, p) in parts.iter().enumerate() {
+        let f = match coli_core::gguf::GgufFile::open(p) {
+            Result::Ok(f) => f,
+            Err(e) => return check("numbering", Status::Error, e.to_string()),
+        };
+        let key = |k: &str| {
+            f.metadata
+                .get(k)
+                .and_then(coli_core::gguf::GgufValue::as_u64)
+        };
+        let (no, count) = (key("split.no"), key("split.count"));
+        let bad_no = no.is_some_and(|x| x as usize != k) || (n > 1 && no.is_none());
+        let bad_count = count.is_some_and(|c| c as usize != n && !(n == 1 && c <= 1));
+        if bad_no || bad_count {
+            return check(
+                "numbering",
+                Status::Error,
+                format!(
+                    "{}: split.no = {no:?}, split.count = {count:?}; expected {k} of {n}",
+                    p.display()
+                ),
+            );
+        }
+    }
+    check(
+        "numbering",
+        Status::Ok,
+        if n == 1 {
+            "a single GGUF file, valid".to_string()
+        } else {
+            format!("GGUF parts 1..{n} all present and valid, each numbered")
+        },
+    )
 }
 
 /// The index's weight map against the shards' headers.

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::analyze::{analyze, Analysis};
+use crate::analyze::analyze;
 use crate::{PlanError, Result};
 
 /// Version of the `--json` schema.
@@ -289,12 +289,12 @@ fn disk_gb_s(file: &Path) -> Option<f64> {
 }
 
 /// The machine's bandwidths, measured once and cached (per largest-shard file for the disk).
-pub fn probe(analysis_dir: &Path, a: &Analysis, remeasure: bool) -> Probe {
-    let largest = a
-        .shards
-        .iter()
-        .max_by_key(|s| s.bytes)
-        .map(|s| analysis_dir.join(&s.file));
+pub fn probe(analysis_dir: &Path, remeasure: bool) -> Probe {
+    let largest = coli_core::model_files(analysis_dir).ok().and_then(|files| {
+        files
+            .into_iter()
+            .max_by_key(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+    });
     let path = probe_path();
     let build = this_build();
     let cached = std::fs::read(&path)
@@ -352,7 +352,7 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan> {
         .ok_or(PlanError::NoBaseline {
             family: family.display_name,
         })?;
-    let config = coli_core::RawConfig::read(&dir.join("config.json"))?;
+    let config = coli_core::ModelDir::config_only(dir)?.config;
     let ctx = req.ctx.max(1);
     let shape = MemoryShape::of(dir, ctx)?;
     let kv = (shape.kv_bytes_per_token * ctx as u64 + shape.state_bytes_per_sequence)
@@ -449,7 +449,7 @@ pub fn plan(dir: &Path, req: &PlanRequest, remeasure: bool) -> Result<Plan> {
     let active_experts = (top_k * moe_layers) as u64 * expert_bytes;
     let ram_per_token = a.resident_read_bytes() + active_experts;
     let disk_per_token = ((1.0 - hit) * active_experts as f64) as u64;
-    let probe = probe(dir, &a, remeasure);
+    let probe = probe(dir, remeasure);
     let t_mem = ram_per_token as f64 / (probe.memory_gb_s * 1e9);
     // Compute: the bytes a step processes per stored dtype at the kernels' measured rate
     // (resident weights minus the embedding table, plus the active experts' share).

@@ -85,13 +85,7 @@ fn cpu_model() -> String {
 /// The fingerprint of (this CPU, this model's files, this engine).
 pub fn fingerprint(dir: &Path) -> Result<String> {
     let mut parts = vec![cpu_model(), env!("CARGO_PKG_VERSION").to_string()];
-    let mut files = vec![dir.join("config.json")];
-    let index = dir.join("model.safetensors.index.json");
-    if index.is_file() {
-        files.push(index);
-    }
-    files.extend(coli_core::shard_paths(dir)?);
-    for f in files {
+    for f in coli_core::model_files(dir)? {
         let m = std::fs::metadata(&f).map_err(|source| PlanError::Io {
             path: f.clone(),
             source,

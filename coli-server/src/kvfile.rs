@@ -271,9 +271,21 @@ impl Library {
 }
 
 /// A fingerprint of the model in `dir`: its config.json and the names and sizes of its
-/// weight files (a slot's KV is only meaningful for the exact weights that computed it).
+/// weight files (of a GGUF: its parts' names and sizes) (a slot's KV is only meaningful for the exact weights that computed it).
 pub fn fingerprint(dir: &Path) -> u64 {
     let mut h = Fnv::default();
+    if let Ok(Some(_)) = coli_core::model_dir::model_gguf(dir) {
+        // A GGUF: its config is in its first part, so the parts' names and sizes.
+        for part in coli_core::model_files(dir).unwrap_or_default() {
+            h.write(part.file_name().unwrap_or_default().as_encoded_bytes());
+            h.write(
+                &std::fs::metadata(&part)
+                    .map_or(0, |m| m.len())
+                    .to_le_bytes(),
+            );
+        }
+        return h.finish();
+    }
     h.write(&std::fs::read(dir.join("config.json")).unwrap_or_default());
     let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
         .map(|rd| {

@@ -53,6 +53,7 @@ pub const TINY_FIXTURES: &[&str] = &[
     "gguf_llama_q4_k_m",
     "gguf_llama_low_bit",
     "gguf_qwen3_moe_mixed",
+    "gguf_mixtral_q4_k_m",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

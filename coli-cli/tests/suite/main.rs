@@ -5,4 +5,5 @@ mod chat_serve;
 mod cli;
 mod constrained;
 mod drafts;
+mod gguf;
 mod planning;

@@ -2,7 +2,8 @@
 //! llama.cpp tensor name as the Hugging Face checkpoint spells it (llama.cpp's
 //! `gguf-py/gguf/constants.py` and `convert_hf_to_gguf.py` name them).
 //!
-//! Architectures: `llama` (dense), `qwen3moe`, `qwen2moe`, `olmoe`. Each layer's routed
+//! Architectures: `llama` (dense, and Mixtral: `llama` with experts), `qwen3moe`,
+//! `qwen2moe`, `olmoe`. Each layer's routed
 //! experts are one 3-D tensor per matrix (`ffn_gate_exps`, expert-major); expert `e` of
 //! it is the Hugging Face tensor `...mlp.experts.{e}.gate_proj.weight`.
 
@@ -29,7 +30,8 @@ pub enum HfName {
 /// An architecture coli reads from GGUF.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
-    /// `llama`: dense Llama (Q/K rows permuted by the converter).
+    /// `llama`: dense Llama, or Mixtral when it has experts (Q/K rows permuted by the
+    /// converter).
     Llama,
     /// `qwen3moe`.
     Qwen3Moe,
@@ -93,6 +95,38 @@ pub fn hf_name(arch: Arch, name: &str) -> Option<HfName> {
         })
     };
     let moe = arch != Arch::Llama;
+    if arch == Arch::Llama {
+        // Mixtral is `llama` with experts: stacked `*_exps` (the converter today), or one
+        // tensor per expert, `ffn_gate.{e}.weight` (files of early 2024).
+        let mixtral = |suffix: &str| {
+            Some(HfName::Experts {
+                prefix: format!("{p}.block_sparse_moe.experts"),
+                suffix: suffix.to_string(),
+            })
+        };
+        match tail {
+            "ffn_gate_inp.weight" => {
+                return Some(HfName::Plain(format!("{p}.block_sparse_moe.gate.weight")))
+            }
+            "ffn_gate_exps.weight" => return mixtral("w1.weight"),
+            "ffn_up_exps.weight" => return mixtral("w3.weight"),
+            "ffn_down_exps.weight" => return mixtral("w2.weight"),
+            _ => {}
+        }
+        let per_expert = tail
+            .strip_suffix(".weight")
+            .and_then(|t| t.split_once('.'))
+            .and_then(|(m, e)| Some((m, e.parse::<usize>().ok()?)));
+        if let Some((m, e)) = per_expert {
+            let w = match m {
+                "ffn_gate" => "w1",
+                "ffn_up" => "w3",
+                "ffn_down" => "w2",
+                _ => return None,
+            };
+            return plain(&format!("{p}.block_sparse_moe.experts.{e}.{w}.weight"));
+        }
+    }
     let hf = match tail {
         "attn_norm.weight" => "input_layernorm.weight",
         "ffn_norm.weight" => "post_attention_layernorm.weight",
@@ -229,19 +263,30 @@ pub fn hf_config(
     set("eos_token_id", json!(tok_id("tokenizer.ggml.eos_token_id")));
     let has = |name: &str| tensors.iter().any(|t| t.name == name);
     match arch {
-        Arch::Llama => {
-            if meta.uint("expert_count")?.unwrap_or(0) > 0 {
-                return Err(format!(
-                    "{} with experts (Mixtral) is not supported from GGUF yet",
-                    arch.key()
-                ));
+        Arch::Llama => match meta.uint("expert_count")?.unwrap_or(0) {
+            0 => {
+                set("model_type", json!("llama"));
+                set(
+                    "intermediate_size",
+                    json!(meta.need("feed_forward_length")?),
+                );
             }
-            set("model_type", json!("llama"));
-            set(
-                "intermediate_size",
-                json!(meta.need("feed_forward_length")?),
-            );
-        }
+            experts => {
+                // Mixtral: the converter writes the experts' width as feed_forward_length.
+                set("model_type", json!("mixtral"));
+                set("num_local_experts", json!(experts));
+                set(
+                    "num_experts_per_tok",
+                    json!(meta.need("expert_used_count")?),
+                );
+                let ff = match meta.uint("expert_feed_forward_length")? {
+                    Some(v) => v,
+                    None => meta.need("feed_forward_length")?,
+                };
+                set("intermediate_size", json!(ff));
+                set("sliding_window", Value::Null);
+            }
+        },
         Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe => {
             let experts = meta.need("expert_count")?;
             let used = meta.need("expert_used_count")?;
@@ -311,7 +356,21 @@ mod tests {
         );
         // A dense FFN name in a MoE architecture, an expert name in a dense one: none.
         assert_eq!(hf_name(Arch::Olmoe, "blk.0.ffn_gate.weight"), None);
-        assert_eq!(hf_name(Arch::Llama, "blk.0.ffn_gate_exps.weight"), None);
+        // Mixtral is llama with experts, stacked or (older files) one tensor each.
+        assert_eq!(
+            hf_name(Arch::Llama, "blk.2.ffn_up_exps.weight"),
+            Some(HfName::Experts {
+                prefix: "model.layers.2.block_sparse_moe.experts".into(),
+                suffix: "w3.weight".into()
+            })
+        );
+        assert_eq!(
+            hf_name(Arch::Llama, "blk.0.ffn_down.5.weight"),
+            Some(HfName::Plain(
+                "model.layers.0.block_sparse_moe.experts.5.w2.weight".into()
+            ))
+        );
+        assert_eq!(hf_name(Arch::Llama, "blk.0.ffn_norm.5.weight"), None);
         assert_eq!(hf_name(Arch::Llama, "blk.x.attn_q.weight"), None);
     }
 

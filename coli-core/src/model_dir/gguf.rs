@@ -84,20 +84,13 @@ fn open_part(path: &Path) -> Result<(GgufPart, BTreeMap<String, GgufValue>)> {
     ))
 }
 
-/// Every part of the GGUF whose first part (or only file) is `path`: parts are looked for
-/// beside it, then in `COLI_MODEL_DIRS`; each must say its number and the count.
-fn open_parts(path: &Path) -> Result<(Vec<GgufPart>, BTreeMap<String, GgufValue>)> {
-    let (first, meta) = open_part(path)?;
+/// The paths of every part of the GGUF whose first part (or only file) is `path`, from the
+/// names alone: `{stem}-0000k-of-0000N.gguf`, looked for beside it, then in
+/// `COLI_MODEL_DIRS`. A file whose name is not a split part's is the whole model.
+pub fn gguf_part_paths(path: &Path) -> Result<Vec<PathBuf>> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    let declared = meta.get("split.count").and_then(GgufValue::as_u64);
     let Some((stem, no, count)) = split_name(name) else {
-        if declared.is_some_and(|c| c > 1) {
-            return Err(gguf_err(
-                path,
-                format!("split.count is {} but the file name is not {{name}}-00001-of-0000N.gguf, so its other parts cannot be found", declared.unwrap_or(0)),
-            ));
-        }
-        return Ok((vec![first], meta));
+        return Ok(vec![path.to_path_buf()]);
     };
     if no != 1 {
         return Err(gguf_err(
@@ -107,17 +100,11 @@ fn open_parts(path: &Path) -> Result<(Vec<GgufPart>, BTreeMap<String, GgufValue>
             ),
         ));
     }
-    if declared.is_some_and(|c| c as usize != count) {
-        return Err(gguf_err(
-            path,
-            format!("split.count = {declared:?} but the file name says {count} parts"),
-        ));
-    }
     let dir = path.parent().unwrap_or(Path::new("."));
-    let mut parts = vec![first];
+    let dirs = search_dirs(dir);
+    let mut parts = vec![path.to_path_buf()];
     for k in 2..=count {
         let part_name = format!("{stem}-{k:05}-of-{count:05}.gguf");
-        let dirs = search_dirs(dir);
         let found = dirs
             .iter()
             .map(|d| d.join(&part_name))
@@ -131,17 +118,61 @@ fn open_parts(path: &Path) -> Result<(Vec<GgufPart>, BTreeMap<String, GgufValue>
                 ),
             ));
         };
-        let (part, m) = open_part(&p)?;
+        parts.push(p);
+    }
+    Ok(parts)
+}
+
+/// Every part of the GGUF whose first part (or only file) is `path`
+/// ([`gguf_part_paths`]), opened; each must say its number and the count.
+fn open_parts(path: &Path) -> Result<(Vec<GgufPart>, BTreeMap<String, GgufValue>)> {
+    let paths = gguf_part_paths(path)?;
+    let (first, meta) = open_part(path)?;
+    let declared = meta.get("split.count").and_then(GgufValue::as_u64);
+    let single = paths.len() == 1;
+    if declared.is_some_and(|c| c as usize != paths.len() && !(single && c <= 1)) {
+        return Err(gguf_err(
+            path,
+            if path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(split_name)
+                .is_some()
+            {
+                format!(
+                    "split.count = {declared:?} but the file name says {} parts",
+                    paths.len()
+                )
+            } else {
+                format!("split.count is {} but the file name is not {{name}}-00001-of-0000N.gguf, so its other parts cannot be found", declared.unwrap_or(0))
+            },
+        ));
+    }
+    let mut parts = vec![first];
+    for (k, p) in paths.iter().enumerate().skip(1) {
+        let (part, m) = open_part(p)?;
         let no_k = m.get("split.no").and_then(GgufValue::as_u64);
-        if no_k.is_some_and(|n| n as usize != k - 1) {
+        if no_k.is_some_and(|n| n as usize != k) {
             return Err(gguf_err(
-                &p,
-                format!("split.no = {no_k:?}, expected {} for part {k}", k - 1),
+                p,
+                format!("split.no = {no_k:?}, expected {k} for part {}", k + 1),
             ));
         }
         parts.push(part);
     }
     Ok((parts, meta))
+}
+
+/// What the planner needs of one tensor, without a view: its ggml type's name, its shape
+/// (one expert's, for an expert of a stacked tensor) and its bytes in the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GgufTensorInfo {
+    /// The ggml type as a dtype name (`Q4_K`, `F32`, …).
+    pub dtype: &'static str,
+    /// Shape, outermost first.
+    pub shape: Vec<usize>,
+    /// Bytes in the file.
+    pub bytes: u64,
 }
 
 impl GgufModel {
@@ -230,6 +261,24 @@ impl GgufModel {
     /// Every Hugging Face tensor name.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
+    }
+
+    /// A tensor's type, shape and size by its Hugging Face name, without building a view
+    /// (no Q/K rows are reordered, no byte is read).
+    pub fn tensor_info(&self, name: &str) -> Option<GgufTensorInfo> {
+        let e = self.entries.get(name)?;
+        let t = &self.parts[e.part].tensors[e.tensor];
+        let mut shape = t.shape();
+        let mut bytes = t.range.len() as u64;
+        if e.expert.is_some() && !shape.is_empty() {
+            bytes /= shape[0].max(1) as u64;
+            shape.remove(0);
+        }
+        Some(GgufTensorInfo {
+            dtype: t.ty.name(),
+            shape,
+            bytes,
+        })
     }
 
     /// The view of a tensor by its Hugging Face name: its ggml type as the dtype name

@@ -22,7 +22,7 @@ pub type Usage = BTreeMap<(usize, usize), u64>;
 
 /// The history's path in `dir`.
 pub fn usage_path(dir: &Path) -> PathBuf {
-    dir.join(USAGE_FILE)
+    coli_core::sidecar_path(dir, USAGE_FILE)
 }
 
 /// Parses a history; `None` if it is not a valid version-1 file.
@@ -75,7 +75,7 @@ pub fn merge(dir: &Path, run: &[(usize, usize, u64)]) -> std::io::Result<()> {
         .create(true)
         .truncate(false)
         .write(true)
-        .open(dir.join(".coli_usage.lock"))?;
+        .open(coli_core::sidecar_path(dir, ".coli_usage.lock"))?;
     // SAFETY: flock on a valid open descriptor; released when `lock` is closed.
     if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
         return Err(std::io::Error::last_os_error());
