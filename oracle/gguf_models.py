@@ -30,7 +30,7 @@ from gguf.constants import GGML_QUANT_SIZES
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from generate import ROOT, check_router_margins, decisive_init, reference  # noqa: E402
+from generate import ROOT, check_router_margins, decisive_init, group_router_hook, reference  # noqa: E402
 from gguf_quants import F16_AT  # noqa: E402
 
 
@@ -218,6 +218,150 @@ def build(name, model_type, arch, seed, types, n_experts=0, top_k=0, expert_inte
           f"router gap {min(gaps) if gaps else None}, greedy {ref['greedy'][:8]}")
 
 
+DEEPSEEK_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_a_proj.weight": "attn_q_a.weight",
+    "self_attn.q_a_layernorm.weight": "attn_q_a_norm.weight",
+    "self_attn.q_b_proj.weight": "attn_q_b.weight",
+    "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+    "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+    "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
+    "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+}
+
+
+def build_deepseek(name, seed, types, split_kv_b=True, **kw):
+    """DeepSeek-V3 as llama.cpp's converter writes it (`deepseek2`): `kv_b_proj` split into
+    `attn_k_b` (each head's key rows transposed) and `attn_v_b`, or (`split_kv_b=False`, as
+    files before the split) kept as `attn_kv_b`; experts stacked; the selection bias as
+    `exp_probs_b.bias`; no Q/K permutation."""
+    if ONLY and name not in ONLY:
+        return
+    from gguf import ExpertGatingFuncType
+    cfg = AutoConfig.for_model("deepseek_v3", **kw)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    decisive_init(model, seed, 4.0)
+    rng = np.random.default_rng(seed)
+    sd = model.state_dict()
+    out_dir = os.path.join(ROOT, f"gguf_{name}")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.makedirs(out_dir)
+    w = GGUFWriter(os.path.join(out_dir, "model.gguf"), "deepseek2")
+    nope, rope, v, r = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
+    nh = cfg.num_attention_heads
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(nh)
+    w.add_head_count_kv(1)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    w.add_leading_dense_block_count(cfg.first_k_dense_replace)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_q_lora_rank(cfg.q_lora_rank)
+    w.add_kv_lora_rank(r)
+    if split_kv_b:
+        w.add_key_length(r + rope)
+        w.add_value_length(r)
+        w.add_key_length_mla(nope + rope)
+        w.add_value_length_mla(v)
+    else:
+        w.add_key_length(nope + rope)
+        w.add_value_length(v)
+    w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+    w.add_expert_count(cfg.n_routed_experts)
+    w.add_expert_used_count(cfg.num_experts_per_tok)
+    w.add_expert_shared_count(cfg.n_shared_experts)
+    w.add_expert_weights_scale(cfg.routed_scaling_factor)
+    w.add_expert_weights_norm(cfg.norm_topk_prob)
+    w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
+    w.add_expert_group_count(cfg.n_group)
+    w.add_expert_group_used_count(cfg.topk_group)
+    w.add_rope_dimension_count(rope)
+    w.add_bos_token_id(cfg.bos_token_id)
+    w.add_eos_token_id(cfg.eos_token_id)
+    new_sd = {}
+
+    def quant(gguf_name, ty, t):
+        """Writes `t` ([.., rows, cols]) as `ty` blocks; returns the dequantized values."""
+        shape = tuple(t.shape)
+        if ty == T.F32:
+            data = t.numpy().astype(np.float32)
+            w.add_tensor(gguf_name, data)
+            return data.copy()
+        rows = int(np.prod(shape[:-1]))
+        raw = blocks_for(ty, rows, shape[-1], float(t.std()) or 0.05, rng).reshape(*shape[:-1], -1)
+        w.add_tensor(gguf_name, raw, raw_dtype=ty)
+        return dequant(raw, ty, shape)
+
+    new_sd["model.embed_tokens.weight"] = torch.from_numpy(quant("token_embd.weight", types["embd"],
+                                                                 sd["model.embed_tokens.weight"]))
+    new_sd["model.norm.weight"] = torch.from_numpy(quant("output_norm.weight", T.F32, sd["model.norm.weight"]))
+    new_sd["lm_head.weight"] = torch.from_numpy(quant("output.weight", types["output"], sd["lm_head.weight"]))
+    for L in range(cfg.num_hidden_layers):
+        p = f"model.layers.{L}."
+        for tail, gtail in DEEPSEEK_NAMES.items():
+            if p + tail not in sd:
+                continue
+            t = sd[p + tail]
+            ty = T.F32 if t.dim() == 1 or tail == "mlp.gate.weight" else types[tail.split(".")[-2]]
+            new_sd[p + tail] = torch.from_numpy(quant(f"blk.{L}.{gtail}", ty, t))
+        kv_b = sd[p + "self_attn.kv_b_proj.weight"]
+        if split_kv_b:
+            per_head = kv_b.view(nh, nope + v, r)
+            k_b = per_head[:, :nope].transpose(1, 2).contiguous()  # [nh, r, nope]
+            v_b = per_head[:, nope:].contiguous()  # [nh, v, r]
+            kv = quant(f"blk.{L}.attn_k_b.weight", types["k_b"], k_b)
+            vv = quant(f"blk.{L}.attn_v_b.weight", types["v_b"], v_b)
+            full = np.concatenate([kv.transpose(0, 2, 1), vv], axis=1).reshape(nh * (nope + v), r)
+        else:
+            full = quant(f"blk.{L}.attn_kv_b.weight", types["kv_b_proj"], kv_b)
+        new_sd[p + "self_attn.kv_b_proj.weight"] = torch.from_numpy(np.ascontiguousarray(full))
+        if p + "mlp.experts.gate_up_proj" in sd:
+            gu = sd[p + "mlp.experts.gate_up_proj"]
+            down = sd[p + "mlp.experts.down_proj"]
+            inter = down.shape[-1]
+            g = quant(f"blk.{L}.ffn_gate_exps.weight", types["exp_gate"], gu[:, :inter])
+            u = quant(f"blk.{L}.ffn_up_exps.weight", types["exp_up"], gu[:, inter:])
+            d = quant(f"blk.{L}.ffn_down_exps.weight", types["exp_down"], down)
+            new_sd[p + "mlp.experts.gate_up_proj"] = torch.from_numpy(np.concatenate([g, u], axis=1))
+            new_sd[p + "mlp.experts.down_proj"] = torch.from_numpy(d)
+    missing = [k for k in sd if k not in new_sd]
+    assert not missing, missing
+    model.load_state_dict(new_sd, strict=True)
+    gaps = []
+    for m in model.modules():
+        if type(m).__name__.endswith("TopkRouter"):
+            m.register_forward_hook(group_router_hook(gaps))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ref, logits = reference(model, cfg.vocab_size, seed)
+    if gaps and min(gaps) < 1e-5:
+        sys.exit(f"{name}: a routing decision is within {min(gaps):.1e} of a tie; change the seed")
+    logits.tofile(os.path.join(out_dir, "logits.bin"))
+    ref["name"] = f"gguf_{name}"
+    ref["transformers"] = transformers.__version__
+    ref["gguf_types"] = {k: v.name for k, v in types.items()}
+    with open(os.path.join(out_dir, "reference.json"), "w") as f:
+        json.dump(ref, f)
+    size = sum(os.path.getsize(os.path.join(out_dir, x)) for x in os.listdir(out_dir))
+    m = np.array(ref["top2_margin"]) / np.maximum(np.array(ref["max_abs_logit"]), 1e-9)
+    print(f"gguf_{name}: {size/1024:.0f} KiB, near-ties {int((m < 1e-3).sum())}/{len(m)}, "
+          f"router gap {min(gaps) if gaps else None}, greedy {ref['greedy'][:8]}")
+
+
 def main():
     common = dict(vocab_size=256, hidden_size=256, num_hidden_layers=2, max_position_embeddings=256,
                   bos_token_id=1, eos_token_id=2, pad_token_id=0, num_attention_heads=4, num_key_value_heads=2)
@@ -233,6 +377,16 @@ def main():
           v=T.Q6_K, o=T.Q4_K, exp_gate=T.Q4_0, exp_up=T.Q8_0, exp_down=T.Q4_1), n_experts=4, top_k=2,
           expert_inter=64, intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
           tie_word_embeddings=False, **common)
+    # DeepSeek-V3 (deepseek2): MLA with kv_b split in k_b/v_b, groups, shared expert, one dense layer.
+    ds = dict(vocab_size=256, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+              q_lora_rank=64, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=32,
+              n_routed_experts=4, num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1,
+              moe_intermediate_size=64, intermediate_size=64, first_k_dense_replace=1, routed_scaling_factor=2.5,
+              norm_topk_prob=True, tie_word_embeddings=False, max_position_embeddings=256, bos_token_id=1,
+              eos_token_id=2, pad_token_id=0)
+    build_deepseek("deepseek_v3_q4_k_m", 36, dict(embd=T.Q8_0, output=T.Q6_K, q_a_proj=T.Q4_K, q_b_proj=T.Q8_0,
+                   kv_a_proj_with_mqa=T.Q6_K, k_b=T.Q8_0, v_b=T.Q4_0, o_proj=T.Q5_0, gate_proj=T.Q4_K,
+                   up_proj=T.Q4_K, down_proj=T.Q4_1, exp_gate=T.Q4_K, exp_up=T.IQ4_XS, exp_down=T.Q5_1), **ds)
     moe = dict(common, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, intermediate_size=64)
     build("qwen3_moe_mixed", "qwen3_moe", "qwen3moe", 33, dict(embd=T.Q4_0, output=T.Q8_0, q=T.IQ2_S, k=T.IQ1_M,
           v=T.Q5_0, o=T.Q5_1, exp_gate=T.Q4_1, exp_up=T.IQ4_NL, exp_down=T.MXFP4), n_experts=4, top_k=2,

@@ -54,6 +54,7 @@ pub const TINY_FIXTURES: &[&str] = &[
     "gguf_llama_low_bit",
     "gguf_qwen3_moe_mixed",
     "gguf_mixtral_q4_k_m",
+    "gguf_deepseek_v3_q4_k_m",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

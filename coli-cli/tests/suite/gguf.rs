@@ -350,3 +350,97 @@ fn demo_gguf_runs_in_place_with_the_tokenizer_and_template_of_its_metadata() {
         reference["chat_rendered"]
     );
 }
+
+/// A DeepSeek-V3 GGUF as converters wrote it before llama.cpp split `kv_b_proj`: one
+/// `attn_kv_b` tensor and the head sizes in `key_length`/`value_length` (no `_mla` keys).
+/// Made from the split fixture by putting each head's key rows (`attn_k_b` transposed)
+/// and value rows (`attn_v_b`) back together, as f32 values of the same weights: the
+/// logits stay those of transformers.
+#[test]
+fn deepseek_gguf_with_one_kv_b_tensor_runs_like_the_split_one() {
+    use coli_core::gguf::{dequantize, parse};
+    let r = Reference::load("gguf_deepseek_v3_q4_k_m");
+    let bytes = std::fs::read(r.dir.join("model.gguf")).unwrap();
+    let (meta, tensors) = parse(&bytes).unwrap();
+    let key = |k: &str| meta[&format!("deepseek2.{k}")].as_u64().unwrap() as usize;
+    let (nh, rank, rope) = (
+        key("attention.head_count"),
+        key("attention.kv_lora_rank"),
+        key("rope.dimension_count"),
+    );
+    let (nope, v) = (
+        key("attention.key_length_mla") - rope,
+        key("attention.value_length_mla"),
+    );
+    let mut b = coli_core::fuzzing::GgufBuilder::new();
+    for (k, val) in &meta {
+        match k.as_str() {
+            "deepseek2.attention.key_length_mla" | "deepseek2.attention.value_length_mla" => {}
+            "deepseek2.attention.key_length" => b = b.u32(k, (nope + rope) as u32),
+            "deepseek2.attention.value_length" => b = b.u32(k, v as u32),
+            _ => b = b.value(k, val),
+        }
+    }
+    let values = |name: &str| {
+        let t = tensors.iter().find(|t| t.name == name).unwrap();
+        let mut out = vec![0.0f32; t.numel()];
+        dequantize(t.ty, &bytes[t.range.clone()], &mut out).unwrap();
+        out
+    };
+    let mut merged = 0;
+    for t in &tensors {
+        if t.name.ends_with(".attn_v_b.weight") {
+            continue;
+        }
+        let Some(layer) = t.name.strip_suffix(".attn_k_b.weight") else {
+            let dims: Vec<u64> = t.dims.iter().map(|&d| d as u64).collect();
+            b = b.tensor(&t.name, &dims, t.ty.id(), bytes[t.range.clone()].to_vec());
+            continue;
+        };
+        // k_b[h][c][d] = kv_b[h * (nope + v) + d][c]; v_b[h][j][c] = kv_b[h * (nope + v) + nope + j][c].
+        let (kb, vb) = (values(&t.name), values(&format!("{layer}.attn_v_b.weight")));
+        let mut kv = vec![0.0f32; nh * (nope + v) * rank];
+        for h in 0..nh {
+            for c in 0..rank {
+                for d in 0..nope {
+                    kv[(h * (nope + v) + d) * rank + c] = kb[(h * rank + c) * nope + d];
+                }
+                for j in 0..v {
+                    kv[(h * (nope + v) + nope + j) * rank + c] = vb[(h * v + j) * rank + c];
+                }
+            }
+        }
+        let dims = [rank as u64, (nh * (nope + v)) as u64];
+        b = b.tensor_f32(&format!("{layer}.attn_kv_b.weight"), &dims, &kv);
+        merged += 1;
+    }
+    assert_eq!(merged, 2, "both layers' kv_b put back together");
+    let t = tempfile::tempdir().unwrap();
+    let model = t.path().join("model.gguf");
+    std::fs::write(&model, b.build()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_coli"))
+        .args(["eval", "--model", path_str(&model), "--ids", &csv(&r.ids())])
+        .args(["--logits-out", path_str(&t.path().join("l.f32")), "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(ids(&last_json(&out)["tf_pred"]), ids(&r.json["tf_pred"]));
+    let got: Vec<f32> = std::fs::read(t.path().join("l.f32"))
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    compare_logits(
+        "legacy attn_kv_b",
+        &got,
+        &r.logits,
+        &floats(&r.json["top2_margin"]),
+        r.vocab(),
+        coli_tests::ORACLE_TOLERANCE,
+    )
+    .unwrap();
+}

@@ -3,7 +3,7 @@
 //! `gguf-py/gguf/constants.py` and `convert_hf_to_gguf.py` name them).
 //!
 //! Architectures: `llama` (dense, and Mixtral: `llama` with experts), `qwen3moe`,
-//! `qwen2moe`, `olmoe`. Each layer's routed
+//! `qwen2moe`, `olmoe`, `deepseek2` (DeepSeek-V3/R1, Kimi-K2). Each layer's routed
 //! experts are one 3-D tensor per matrix (`ffn_gate_exps`, expert-major); expert `e` of
 //! it is the Hugging Face tensor `...mlp.experts.{e}.gate_proj.weight`.
 
@@ -39,6 +39,9 @@ pub enum Arch {
     Qwen2Moe,
     /// `olmoe`.
     Olmoe,
+    /// `deepseek2`: DeepSeek-V3/R1 and Kimi-K2 (MLA, sigmoid routing with a selection
+    /// bias and expert groups, shared experts, leading dense layers).
+    Deepseek2,
 }
 
 impl Arch {
@@ -49,9 +52,10 @@ impl Arch {
             "qwen3moe" => Arch::Qwen3Moe,
             "qwen2moe" => Arch::Qwen2Moe,
             "olmoe" => Arch::Olmoe,
+            "deepseek2" => Arch::Deepseek2,
             other => {
                 return Err(format!(
-                    "general.architecture \"{other}\" is not supported (supported: llama, qwen3moe, qwen2moe, olmoe)"
+                    "general.architecture \"{other}\" is not supported (supported: llama, qwen3moe, qwen2moe, olmoe, deepseek2)"
                 ))
             }
         })
@@ -64,6 +68,7 @@ impl Arch {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Qwen2Moe => "qwen2moe",
             Arch::Olmoe => "olmoe",
+            Arch::Deepseek2 => "deepseek2",
         }
     }
 
@@ -127,7 +132,28 @@ pub fn hf_name(arch: Arch, name: &str) -> Option<HfName> {
             return plain(&format!("{p}.block_sparse_moe.experts.{e}.{w}.weight"));
         }
     }
+    let ds = arch == Arch::Deepseek2;
     let hf = match tail {
+        // DeepSeek's MLA. llama.cpp splits `kv_b_proj` into `attn_k_b` (each head's key
+        // part transposed: [head][rank][nope]) and `attn_v_b` ([head][v][rank]); older
+        // files keep `attn_kv_b`. The split halves keep llama.cpp's layout under names of
+        // their own.
+        "attn_q_a.weight" if ds => "self_attn.q_a_proj.weight",
+        "attn_q_a_norm.weight" if ds => "self_attn.q_a_layernorm.weight",
+        "attn_q_b.weight" if ds => "self_attn.q_b_proj.weight",
+        "attn_kv_a_mqa.weight" if ds => "self_attn.kv_a_proj_with_mqa.weight",
+        "attn_kv_a_norm.weight" if ds => "self_attn.kv_a_layernorm.weight",
+        "attn_kv_b.weight" if ds => "self_attn.kv_b_proj.weight",
+        "attn_k_b.weight" if ds => "self_attn.k_b_proj.weight",
+        "attn_v_b.weight" if ds => "self_attn.v_b_proj.weight",
+        "exp_probs_b.bias" if ds => "mlp.gate.e_score_correction_bias",
+        "ffn_gate_shexp.weight" if ds => "mlp.shared_experts.gate_proj.weight",
+        "ffn_up_shexp.weight" if ds => "mlp.shared_experts.up_proj.weight",
+        "ffn_down_shexp.weight" if ds => "mlp.shared_experts.down_proj.weight",
+        // Its leading dense layers.
+        "ffn_gate.weight" if ds => "mlp.gate_proj.weight",
+        "ffn_up.weight" if ds => "mlp.up_proj.weight",
+        "ffn_down.weight" if ds => "mlp.down_proj.weight",
         "attn_norm.weight" => "input_layernorm.weight",
         "ffn_norm.weight" => "post_attention_layernorm.weight",
         "attn_q.weight" => "self_attn.q_proj.weight",
@@ -287,6 +313,12 @@ pub fn hf_config(
                 set("sliding_window", Value::Null);
             }
         },
+        Arch::Deepseek2 => {
+            let has_bias = tensors
+                .iter()
+                .any(|t| t.name.ends_with(".exp_probs_b.bias"));
+            deepseek2_config(&meta, m, has_bias, &mut set)?
+        }
         Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe => {
             let experts = meta.need("expert_count")?;
             let used = meta.need("expert_used_count")?;
@@ -333,6 +365,154 @@ pub fn hf_config(
         }
     }
     Ok(Value::Object(c))
+}
+
+/// DeepSeek-V3/Kimi-K2's keys from a `deepseek2` GGUF, as `convert_hf_to_gguf.py` writes
+/// them: MLA files carry `key_length_mla`/`value_length_mla` (then `key_length` is the
+/// cache row, rank + rope), older files the head sizes in `key_length`/`value_length`.
+fn deepseek2_config(
+    meta: &Meta<'_>,
+    m: &BTreeMap<String, GgufValue>,
+    has_bias: bool,
+    set: &mut impl FnMut(&str, Value),
+) -> Result<(), String> {
+    // expert_gating_func: 1 softmax (DeepSeek-V2), 2 sigmoid (V3, Kimi-K2); files that
+    // do not say are V3's when they carry its selection bias.
+    let gating = meta.uint("expert_gating_func")?;
+    match gating {
+        Some(2) => {}
+        None if has_bias => {}
+        g => {
+            return Err(format!(
+                "metadata \"{}\" = {g:?}: only sigmoid routing (2, DeepSeek-V3/R1, Kimi-K2) is supported; DeepSeek-V2's softmax routing is not",
+                meta.key("expert_gating_func")
+            ))
+        }
+    }
+    let heads = meta.need("attention.head_count")?;
+    let rope = meta.need("rope.dimension_count")?;
+    let (k_len, v_len) = match (
+        meta.uint("attention.key_length_mla")?,
+        meta.uint("attention.value_length_mla")?,
+    ) {
+        (Some(k), Some(v)) => (k, v),
+        _ => (
+            meta.need("attention.key_length")?,
+            meta.need("attention.value_length")?,
+        ),
+    };
+    if k_len <= rope {
+        return Err(format!(
+            "metadata key length {k_len} is not above \"{}\" = {rope}",
+            meta.key("rope.dimension_count")
+        ));
+    }
+    set("model_type", json!("deepseek_v3"));
+    set("num_key_value_heads", json!(heads));
+    set("head_dim", json!(rope));
+    set("qk_rope_head_dim", json!(rope));
+    set("qk_nope_head_dim", json!(k_len - rope));
+    set("v_head_dim", json!(v_len));
+    set("kv_lora_rank", json!(meta.need("attention.kv_lora_rank")?));
+    set(
+        "q_lora_rank",
+        json!(meta.uint("attention.q_lora_rank")?.filter(|&r| r > 0)),
+    );
+    set(
+        "intermediate_size",
+        json!(meta.need("feed_forward_length")?),
+    );
+    set(
+        "moe_intermediate_size",
+        json!(meta.need("expert_feed_forward_length")?),
+    );
+    set("n_routed_experts", json!(meta.need("expert_count")?));
+    set(
+        "num_experts_per_tok",
+        json!(meta.need("expert_used_count")?),
+    );
+    set(
+        "n_shared_experts",
+        json!(meta.uint("expert_shared_count")?.unwrap_or(0)),
+    );
+    set(
+        "first_k_dense_replace",
+        json!(meta.uint("leading_dense_block_count")?.unwrap_or(0)),
+    );
+    set(
+        "n_group",
+        json!(meta.uint("expert_group_count")?.unwrap_or(1)),
+    );
+    set(
+        "topk_group",
+        json!(meta.uint("expert_group_used_count")?.unwrap_or(1)),
+    );
+    set(
+        "routed_scaling_factor",
+        json!(meta.float("expert_weights_scale")?.unwrap_or(1.0)),
+    );
+    let norm_key = meta.key("expert_weights_norm");
+    let norm = match m.get(&norm_key) {
+        None => false,
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| format!("metadata \"{norm_key}\" = {v:?}, expected a bool"))?,
+    };
+    set("norm_topk_prob", json!(norm));
+    set("scoring_func", json!("sigmoid"));
+    set("topk_method", json!("noaux_tc"));
+    // llama.cpp's deepseek2 RoPE rotates adjacent pairs, as transformers' default.
+    set("rope_interleave", json!(true));
+    if let Some(scaling) = deepseek2_yarn(meta, m)? {
+        set("rope_scaling", scaling);
+    }
+    Ok(())
+}
+
+/// `rope_scaling` from the `rope.scaling.*` keys (YaRN only); `yarn_log_multiplier` is
+/// `0.1 * mscale_all_dim`.
+fn deepseek2_yarn(
+    meta: &Meta<'_>,
+    m: &BTreeMap<String, GgufValue>,
+) -> Result<Option<Value>, String> {
+    let ty_key = meta.key("rope.scaling.type");
+    match m.get(&ty_key).map(|v| v.as_str()) {
+        None | Some(Some("none")) => return Ok(None),
+        Some(Some("yarn")) => {}
+        Some(other) => {
+            return Err(format!(
+                "metadata \"{ty_key}\" = {other:?}: only \"yarn\" scaling is supported"
+            ))
+        }
+    }
+    let mut r = Map::new();
+    r.insert("type".into(), json!("yarn"));
+    r.insert("rope_type".into(), json!("yarn"));
+    let factor = meta.float("rope.scaling.factor")?.ok_or_else(|| {
+        format!(
+            "missing metadata key \"{}\"",
+            meta.key("rope.scaling.factor")
+        )
+    })?;
+    r.insert("factor".into(), json!(factor));
+    r.insert(
+        "original_max_position_embeddings".into(),
+        json!(meta.need("rope.scaling.original_context_length")?),
+    );
+    for (k, hf) in [
+        ("rope.scaling.yarn_beta_fast", "beta_fast"),
+        ("rope.scaling.yarn_beta_slow", "beta_slow"),
+    ] {
+        if let Some(v) = meta.float(k)? {
+            r.insert(hf.into(), json!(v));
+        }
+    }
+    if let Some(log_mul) = meta.float("rope.scaling.yarn_log_multiplier")? {
+        let all_dim = shortest_f32(((log_mul as f32) / 0.1f32) as f64);
+        r.insert("mscale_all_dim".into(), json!(all_dim));
+        r.insert("mscale".into(), json!(all_dim));
+    }
+    Ok(Some(Value::Object(r)))
 }
 
 #[cfg(test)]

@@ -273,6 +273,8 @@ impl GgufModel {
         if e.expert.is_some() && !shape.is_empty() {
             bytes /= shape[0].max(1) as u64;
             shape.remove(0);
+        } else if shape.len() > 2 {
+            shape = flat_rows(&shape);
         }
         Some(GgufTensorInfo {
             dtype: t.ty.name(),
@@ -298,6 +300,11 @@ impl GgufModel {
             resident: false,
             handle: part.file.clone(),
         };
+        if e.expert.is_none() && view.shape.len() > 2 {
+            // A stack of matrices under one name (DeepSeek's per-head attn_k_b/attn_v_b):
+            // its rows, one matrix after another.
+            view.shape = flat_rows(&view.shape);
+        }
         if let Some(x) = e.expert {
             view = match view.outer(x) {
                 Ok(v) => v,
@@ -310,6 +317,12 @@ impl GgufModel {
             Some(heads) => unpermuted(view, heads, t),
         })
     }
+}
+
+/// A shape of more than two dims as `[rows, cols]`: the outer dims multiplied.
+fn flat_rows(shape: &[usize]) -> Vec<usize> {
+    let cols = shape.last().copied().unwrap_or(1);
+    vec![shape[..shape.len() - 1].iter().product(), cols]
 }
 
 /// `view`'s rows put back in Hugging Face order, in a resident copy: within each head,

@@ -1,6 +1,6 @@
 //! Every weight matrix of a model with its role: what conversion and placement walk.
 
-use super::{DeltaInput, Ffn, Mixer, MlaQuery, Transformer};
+use super::{DeltaInput, Ffn, KvUp, Mixer, MlaQuery, Transformer};
 use crate::weights::Linear;
 
 /// What a weight matrix is for (conversion and placement treat them differently).
@@ -66,7 +66,11 @@ impl Transformer {
                         MlaQuery::Direct(q) => v.push((Dense, q)),
                         MlaQuery::LowRank { a, b, .. } => v.extend([(Dense, a), (Dense, b)]),
                     }
-                    v.extend([&mut m.kv_a, &mut m.kv_b, &mut m.o_proj].map(|x| (Dense, x)));
+                    match &mut m.kv_b {
+                        KvUp::Fused(kv_b) => v.push((Dense, kv_b)),
+                        KvUp::Split { k, v: vb } => v.extend([(Dense, k), (Dense, vb)]),
+                    }
+                    v.extend([&mut m.kv_a, &mut m.o_proj].map(|x| (Dense, x)));
                     if let Some(ind) = m.dsa.as_mut().and_then(|d| d.indexer.as_mut()) {
                         v.extend(
                             [&mut ind.wq_b, &mut ind.wk, &mut ind.weights_proj].map(|x| (Dense, x)),

@@ -37,6 +37,24 @@ pub enum MlaQuery {
     },
 }
 
+/// The latent's up-projection, as a checkpoint stores it. (One per MLA layer: the split
+/// variant's two matrices are kept inline.)
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug)]
+pub enum KvUp {
+    /// `kv_b_proj`: `[n_heads * (nope + v_dim), rank]`, per head `nope` key rows then
+    /// `v_dim` value rows (Hugging Face checkpoints, older GGUFs' `attn_kv_b`).
+    Fused(Linear),
+    /// llama.cpp's split of it (GGUF `attn_k_b`, `attn_v_b`).
+    Split {
+        /// `[n_heads * rank, nope]`: each head's key part transposed, row `head * rank + c`
+        /// holding column `c` of the head's key rows.
+        k: Linear,
+        /// `[n_heads * v_dim, rank]`: each head's value rows.
+        v: Linear,
+    },
+}
+
 /// Multi-head latent attention (see the module doc).
 #[derive(Clone, Debug)]
 pub struct Mla {
@@ -46,8 +64,8 @@ pub struct Mla {
     pub kv_a: Linear,
     /// RMSNorm of the latent, length `rank`.
     pub kv_norm: Vec<f32>,
-    /// `kv_b_proj`: `[n_heads * (nope + v_dim), rank]`, per head `nope` key rows then `v_dim` value rows.
-    pub kv_b: Linear,
+    /// The latent's up-projection to keys and values.
+    pub kv_b: KvUp,
     /// `[hidden, n_heads * v_dim]`.
     pub o_proj: Linear,
     /// Attention heads.
@@ -198,7 +216,21 @@ impl Mla {
                 &format!("{prefix}.kv_a_layernorm.weight"),
                 d.kv_lora_rank,
             )?,
-            kv_b: w("kv_b_proj", nh * (d.nope + d.v_dim), d.kv_lora_rank, false)?,
+            kv_b: if !dir.has(&format!("{prefix}.kv_b_proj.weight"))
+                && dir.has(&format!("{prefix}.k_b_proj.weight"))
+            {
+                KvUp::Split {
+                    k: w("k_b_proj", nh * d.kv_lora_rank, d.nope, false)?,
+                    v: w("v_b_proj", nh * d.v_dim, d.kv_lora_rank, false)?,
+                }
+            } else {
+                KvUp::Fused(w(
+                    "kv_b_proj",
+                    nh * (d.nope + d.v_dim),
+                    d.kv_lora_rank,
+                    false,
+                )?)
+            },
             o_proj: w("o_proj", hidden, nh * d.v_dim, bias)?,
             n_heads: nh,
             nope: d.nope,
@@ -325,12 +357,25 @@ impl Mla {
             .enumerate()
             .for_each(|(head, (qa, row))| {
                 qa.fill(0.0);
-                for i in 0..nope {
-                    self.kv_b.row_f32(head * (nope + vd) + i, row);
-                    for t in 0..n {
-                        let qi = q[t * nh * qk + head * qk + i];
-                        for (d, &w) in qa[t * kw..t * kw + r].iter_mut().zip(row.iter()) {
-                            *d += qi * w;
+                match &self.kv_b {
+                    KvUp::Fused(kv_b) => {
+                        for i in 0..nope {
+                            kv_b.row_f32(head * (nope + vd) + i, row);
+                            for t in 0..n {
+                                let qi = q[t * nh * qk + head * qk + i];
+                                for (d, &w) in qa[t * kw..t * kw + r].iter_mut().zip(row.iter()) {
+                                    *d += qi * w;
+                                }
+                            }
+                        }
+                    }
+                    // Latent element c is the dot product of row (head, c) with q_nope.
+                    KvUp::Split { k, .. } => {
+                        for t in 0..n {
+                            let qn = &q[t * nh * qk + head * qk..][..nope];
+                            for (c, d) in qa[t * kw..t * kw + r].iter_mut().enumerate() {
+                                *d = k.dot_row(head * r + c, qn);
+                            }
                         }
                     }
                 }
@@ -393,7 +438,10 @@ impl Mla {
                 let (t, head) = (i / nh, i % nh);
                 let c = &latent[(head * n + t) * r..][..r];
                 for (j, o) in out.iter_mut().enumerate() {
-                    *o = self.kv_b.dot_row(head * (nope + vd) + nope + j, c);
+                    *o = match &self.kv_b {
+                        KvUp::Fused(kv_b) => kv_b.dot_row(head * (nope + vd) + nope + j, c),
+                        KvUp::Split { v, .. } => v.dot_row(head * vd + j, c),
+                    };
                 }
             });
     }

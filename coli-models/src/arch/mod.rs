@@ -47,7 +47,7 @@ pub use self::hyper::{Hyper, HyperConnection, HyperHead};
 pub use self::kv::{KvCache, KvLayout, KvShape};
 pub use self::layer::{Ffn, Layer, Mixer};
 pub use self::linears::LinearRole;
-pub use self::mla::{Mla, MlaQuery};
+pub use self::mla::{KvUp, Mla, MlaQuery};
 pub use self::mlp::{ClampedGlu, Expert, GluExpert, Mlp};
 pub use self::moe::{Choice, Moe, Routing, ScoreFn, SharedExpert};
 pub use self::mtp::Mtp;
