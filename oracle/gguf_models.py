@@ -238,7 +238,23 @@ DEEPSEEK_NAMES = {
 }
 
 
-def build_deepseek(name, seed, types, split_kv_b=True, **kw):
+GLM_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    **{k: v for k, v in DEEPSEEK_NAMES.items() if k.startswith("mlp.")},
+}
+
+
+def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3", arch="deepseek2", **kw):
     """DeepSeek-V3 as llama.cpp's converter writes it (`deepseek2`): `kv_b_proj` split into
     `attn_k_b` (each head's key rows transposed) and `attn_v_b`, or (`split_kv_b=False`, as
     files before the split) kept as `attn_kv_b`; experts stacked; the selection bias as
@@ -246,7 +262,8 @@ def build_deepseek(name, seed, types, split_kv_b=True, **kw):
     if ONLY and name not in ONLY:
         return
     from gguf import ExpertGatingFuncType
-    cfg = AutoConfig.for_model("deepseek_v3", **kw)
+    cfg = AutoConfig.for_model(model_type, **kw)
+    glm = arch == "glm4moe"
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
     decisive_init(model, seed, 4.0)
@@ -255,22 +272,33 @@ def build_deepseek(name, seed, types, split_kv_b=True, **kw):
     out_dir = os.path.join(ROOT, f"gguf_{name}")
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
-    w = GGUFWriter(os.path.join(out_dir, "model.gguf"), "deepseek2")
-    nope, rope, v, r = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
+    w = GGUFWriter(os.path.join(out_dir, "model.gguf"), arch)
     nh = cfg.num_attention_heads
     w.add_block_count(cfg.num_hidden_layers)
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(nh)
-    w.add_head_count_kv(1)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
     w.add_leading_dense_block_count(cfg.first_k_dense_replace)
     w.add_vocab_size(cfg.vocab_size)
-    w.add_q_lora_rank(cfg.q_lora_rank)
-    w.add_kv_lora_rank(r)
-    if split_kv_b:
+    if glm:
+        # transformers builds no MTP layer, so the file has none (nextn_predict_layers 0).
+        w.add_head_count_kv(cfg.num_key_value_heads)
+        w.add_key_length(cfg.head_dim)
+        w.add_value_length(cfg.head_dim)
+        w.add_rope_dimension_count(int(cfg.head_dim * cfg.rope_parameters.get("partial_rotary_factor", 0.5)))
+        w.add_nextn_predict_layers(0)
+    else:
+        nope, rope, v, r = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
+        w.add_head_count_kv(1)
+        w.add_q_lora_rank(cfg.q_lora_rank)
+        w.add_kv_lora_rank(r)
+        w.add_rope_dimension_count(rope)
+    if glm:
+        pass
+    elif split_kv_b:
         w.add_key_length(r + rope)
         w.add_value_length(r)
         w.add_key_length_mla(nope + rope)
@@ -287,7 +315,6 @@ def build_deepseek(name, seed, types, split_kv_b=True, **kw):
     w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
     w.add_expert_group_count(cfg.n_group)
     w.add_expert_group_used_count(cfg.topk_group)
-    w.add_rope_dimension_count(rope)
     w.add_bos_token_id(cfg.bos_token_id)
     w.add_eos_token_id(cfg.eos_token_id)
     new_sd = {}
@@ -310,23 +337,26 @@ def build_deepseek(name, seed, types, split_kv_b=True, **kw):
     new_sd["lm_head.weight"] = torch.from_numpy(quant("output.weight", types["output"], sd["lm_head.weight"]))
     for L in range(cfg.num_hidden_layers):
         p = f"model.layers.{L}."
-        for tail, gtail in DEEPSEEK_NAMES.items():
+        for tail, gtail in (GLM_NAMES if glm else DEEPSEEK_NAMES).items():
             if p + tail not in sd:
                 continue
             t = sd[p + tail]
             ty = T.F32 if t.dim() == 1 or tail == "mlp.gate.weight" else types[tail.split(".")[-2]]
             new_sd[p + tail] = torch.from_numpy(quant(f"blk.{L}.{gtail}", ty, t))
-        kv_b = sd[p + "self_attn.kv_b_proj.weight"]
-        if split_kv_b:
+        if glm:
+            pass
+        elif split_kv_b:
+            kv_b = sd[p + "self_attn.kv_b_proj.weight"]
             per_head = kv_b.view(nh, nope + v, r)
             k_b = per_head[:, :nope].transpose(1, 2).contiguous()  # [nh, r, nope]
             v_b = per_head[:, nope:].contiguous()  # [nh, v, r]
             kv = quant(f"blk.{L}.attn_k_b.weight", types["k_b"], k_b)
             vv = quant(f"blk.{L}.attn_v_b.weight", types["v_b"], v_b)
             full = np.concatenate([kv.transpose(0, 2, 1), vv], axis=1).reshape(nh * (nope + v), r)
+            new_sd[p + "self_attn.kv_b_proj.weight"] = torch.from_numpy(np.ascontiguousarray(full))
         else:
-            full = quant(f"blk.{L}.attn_kv_b.weight", types["kv_b_proj"], kv_b)
-        new_sd[p + "self_attn.kv_b_proj.weight"] = torch.from_numpy(np.ascontiguousarray(full))
+            full = quant(f"blk.{L}.attn_kv_b.weight", types["kv_b_proj"], sd[p + "self_attn.kv_b_proj.weight"])
+            new_sd[p + "self_attn.kv_b_proj.weight"] = torch.from_numpy(np.ascontiguousarray(full))
         if p + "mlp.experts.gate_up_proj" in sd:
             gu = sd[p + "mlp.experts.gate_up_proj"]
             down = sd[p + "mlp.experts.down_proj"]
@@ -387,6 +417,16 @@ def main():
     build_deepseek("deepseek_v3_q4_k_m", 36, dict(embd=T.Q8_0, output=T.Q6_K, q_a_proj=T.Q4_K, q_b_proj=T.Q8_0,
                    kv_a_proj_with_mqa=T.Q6_K, k_b=T.Q8_0, v_b=T.Q4_0, o_proj=T.Q5_0, gate_proj=T.Q4_K,
                    up_proj=T.Q4_K, down_proj=T.Q4_1, exp_gate=T.Q4_K, exp_up=T.IQ4_XS, exp_down=T.Q5_1), **ds)
+    # GLM-4.5 (glm4moe): partial rotary, q/k/v biases, groups, shared expert, one dense layer.
+    glm = dict(vocab_size=256, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+               head_dim=64, partial_rotary_factor=0.5, attention_bias=True, use_qk_norm=True, n_routed_experts=4,
+               num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1, moe_intermediate_size=64,
+               intermediate_size=64, first_k_dense_replace=1, routed_scaling_factor=1.5, norm_topk_prob=True,
+               tie_word_embeddings=False, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+               num_nextn_predict_layers=0)
+    build_deepseek("glm4_moe_q4_k_m", 37, dict(embd=T.Q8_0, output=T.Q6_K, q_proj=T.Q4_K, k_proj=T.Q4_K,
+                   v_proj=T.Q6_K, o_proj=T.Q4_K, gate_proj=T.Q4_K, up_proj=T.Q4_K, down_proj=T.Q8_0, exp_gate=T.Q4_K,
+                   exp_up=T.Q5_K, exp_down=T.Q4_0), model_type="glm4_moe", arch="glm4moe", **glm)
     moe = dict(common, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, intermediate_size=64)
     build("qwen3_moe_mixed", "qwen3_moe", "qwen3moe", 33, dict(embd=T.Q4_0, output=T.Q8_0, q=T.IQ2_S, k=T.IQ1_M,
           v=T.Q5_0, o=T.Q5_1, exp_gate=T.Q4_1, exp_up=T.IQ4_NL, exp_down=T.MXFP4), n_experts=4, top_k=2,

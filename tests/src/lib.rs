@@ -55,6 +55,7 @@ pub const TINY_FIXTURES: &[&str] = &[
     "gguf_qwen3_moe_mixed",
     "gguf_mixtral_q4_k_m",
     "gguf_deepseek_v3_q4_k_m",
+    "gguf_glm4_moe_q4_k_m",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

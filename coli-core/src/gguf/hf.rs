@@ -42,6 +42,9 @@ pub enum Arch {
     /// `deepseek2`: DeepSeek-V3/R1 and Kimi-K2 (MLA, sigmoid routing with a selection
     /// bias and expert groups, shared experts, leading dense layers).
     Deepseek2,
+    /// `glm4moe`: GLM-4.5/4.6 (GQA with partial rotary, sigmoid routing as DeepSeek's,
+    /// shared experts, leading dense layers, its MTP layers kept after the others).
+    Glm4Moe,
 }
 
 impl Arch {
@@ -53,9 +56,10 @@ impl Arch {
             "qwen2moe" => Arch::Qwen2Moe,
             "olmoe" => Arch::Olmoe,
             "deepseek2" => Arch::Deepseek2,
+            "glm4moe" => Arch::Glm4Moe,
             other => {
                 return Err(format!(
-                    "general.architecture \"{other}\" is not supported (supported: llama, qwen3moe, qwen2moe, olmoe, deepseek2)"
+                    "general.architecture \"{other}\" is not supported (supported: llama, qwen3moe, qwen2moe, olmoe, deepseek2, glm4moe)"
                 ))
             }
         })
@@ -69,6 +73,7 @@ impl Arch {
             Arch::Qwen2Moe => "qwen2moe",
             Arch::Olmoe => "olmoe",
             Arch::Deepseek2 => "deepseek2",
+            Arch::Glm4Moe => "glm4moe",
         }
     }
 
@@ -133,7 +138,27 @@ pub fn hf_name(arch: Arch, name: &str) -> Option<HfName> {
         }
     }
     let ds = arch == Arch::Deepseek2;
+    // DeepSeek-style MoE blocks: shared experts, a selection bias, dense leading layers.
+    let sig = ds || arch == Arch::Glm4Moe;
+    let glm = arch == Arch::Glm4Moe;
+    if glm {
+        // The MTP layers' own tensors (`blk.{n}.nextn.*`, n >= num_hidden_layers).
+        let nextn = match tail {
+            "nextn.eh_proj.weight" => Some("eh_proj.weight"),
+            "nextn.enorm.weight" => Some("enorm.weight"),
+            "nextn.hnorm.weight" => Some("hnorm.weight"),
+            "nextn.embed_tokens.weight" => Some("embed_tokens.weight"),
+            "nextn.shared_head_head.weight" => Some("shared_head.head.weight"),
+            "nextn.shared_head_norm.weight" => Some("shared_head.norm.weight"),
+            _ => None,
+        };
+        if let Some(n) = nextn {
+            return plain(&format!("{p}.{n}"));
+        }
+    }
     let hf = match tail {
+        // GLM names the FFN's norm after the attention.
+        "post_attention_norm.weight" if glm => "post_attention_layernorm.weight",
         // DeepSeek's MLA. llama.cpp splits `kv_b_proj` into `attn_k_b` (each head's key
         // part transposed: [head][rank][nope]) and `attn_v_b` ([head][v][rank]); older
         // files keep `attn_kv_b`. The split halves keep llama.cpp's layout under names of
@@ -146,14 +171,14 @@ pub fn hf_name(arch: Arch, name: &str) -> Option<HfName> {
         "attn_kv_b.weight" if ds => "self_attn.kv_b_proj.weight",
         "attn_k_b.weight" if ds => "self_attn.k_b_proj.weight",
         "attn_v_b.weight" if ds => "self_attn.v_b_proj.weight",
-        "exp_probs_b.bias" if ds => "mlp.gate.e_score_correction_bias",
-        "ffn_gate_shexp.weight" if ds => "mlp.shared_experts.gate_proj.weight",
-        "ffn_up_shexp.weight" if ds => "mlp.shared_experts.up_proj.weight",
-        "ffn_down_shexp.weight" if ds => "mlp.shared_experts.down_proj.weight",
+        "exp_probs_b.bias" if sig => "mlp.gate.e_score_correction_bias",
+        "ffn_gate_shexp.weight" if sig => "mlp.shared_experts.gate_proj.weight",
+        "ffn_up_shexp.weight" if sig => "mlp.shared_experts.up_proj.weight",
+        "ffn_down_shexp.weight" if sig => "mlp.shared_experts.down_proj.weight",
         // Its leading dense layers.
-        "ffn_gate.weight" if ds => "mlp.gate_proj.weight",
-        "ffn_up.weight" if ds => "mlp.up_proj.weight",
-        "ffn_down.weight" if ds => "mlp.down_proj.weight",
+        "ffn_gate.weight" if sig => "mlp.gate_proj.weight",
+        "ffn_up.weight" if sig => "mlp.up_proj.weight",
+        "ffn_down.weight" if sig => "mlp.down_proj.weight",
         "attn_norm.weight" => "input_layernorm.weight",
         "ffn_norm.weight" => "post_attention_layernorm.weight",
         "attn_q.weight" => "self_attn.q_proj.weight",
@@ -319,6 +344,7 @@ pub fn hf_config(
                 .any(|t| t.name.ends_with(".exp_probs_b.bias"));
             deepseek2_config(&meta, m, has_bias, &mut set)?
         }
+        Arch::Glm4Moe => glm4moe_config(&meta, m, tensors, head_dim, &mut set)?,
         Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe => {
             let experts = meta.need("expert_count")?;
             let used = meta.need("expert_used_count")?;
@@ -418,6 +444,24 @@ fn deepseek2_config(
         "q_lora_rank",
         json!(meta.uint("attention.q_lora_rank")?.filter(|&r| r > 0)),
     );
+    sigmoid_moe_config(meta, m, set)?;
+    set("scoring_func", json!("sigmoid"));
+    set("topk_method", json!("noaux_tc"));
+    // llama.cpp's deepseek2 RoPE rotates adjacent pairs, as transformers' default.
+    set("rope_interleave", json!(true));
+    if let Some(scaling) = deepseek2_yarn(meta, m)? {
+        set("rope_scaling", scaling);
+    }
+    Ok(())
+}
+
+/// The routing keys DeepSeek-V3 and GLM-4.5 share (sigmoid scores, a selection bias,
+/// groups, shared experts, leading dense layers), as the converter writes them.
+fn sigmoid_moe_config(
+    meta: &Meta<'_>,
+    m: &BTreeMap<String, GgufValue>,
+    set: &mut impl FnMut(&str, Value),
+) -> Result<(), String> {
     set(
         "intermediate_size",
         json!(meta.need("feed_forward_length")?),
@@ -459,14 +503,48 @@ fn deepseek2_config(
             .ok_or_else(|| format!("metadata \"{norm_key}\" = {v:?}, expected a bool"))?,
     };
     set("norm_topk_prob", json!(norm));
-    set("scoring_func", json!("sigmoid"));
-    set("topk_method", json!("noaux_tc"));
-    // llama.cpp's deepseek2 RoPE rotates adjacent pairs, as transformers' default.
-    set("rope_interleave", json!(true));
-    if let Some(scaling) = deepseek2_yarn(meta, m)? {
-        set("rope_scaling", scaling);
-    }
     Ok(())
+}
+
+/// GLM-4.5/4.6 from a `glm4moe` GGUF: `block_count` counts the MTP layers
+/// (`nextn_predict_layers`) after the others; the rotated part of a head is
+/// `rope.dimension_count`; llama.cpp rotates it in halves (NeoX), as transformers does.
+fn glm4moe_config(
+    meta: &Meta<'_>,
+    m: &BTreeMap<String, GgufValue>,
+    tensors: &[GgufTensor],
+    head_dim: usize,
+    set: &mut impl FnMut(&str, Value),
+) -> Result<(), String> {
+    if let Some(g) = meta.uint("expert_gating_func")?.filter(|&g| g != 2) {
+        return Err(format!(
+            "metadata \"{}\" = {g}: only sigmoid routing (2) is GLM-4.5's",
+            meta.key("expert_gating_func")
+        ));
+    }
+    let blocks = meta.need("block_count")?;
+    let nextn = meta.uint("nextn_predict_layers")?.unwrap_or(0);
+    if nextn >= blocks {
+        return Err(format!(
+            "metadata \"{}\" = {nextn} leaves no layer of {blocks}",
+            meta.key("nextn_predict_layers")
+        ));
+    }
+    let rot = meta.uint("rope.dimension_count")?.unwrap_or(head_dim / 2);
+    if rot == 0 || rot > head_dim || !rot.is_multiple_of(2) {
+        return Err(format!(
+            "metadata \"{}\" = {rot}: expected an even number of dims within a head of {head_dim}",
+            meta.key("rope.dimension_count")
+        ));
+    }
+    let has = |name: &str| tensors.iter().any(|t| t.name == name);
+    set("model_type", json!("glm4_moe"));
+    set("num_hidden_layers", json!(blocks - nextn));
+    set("num_nextn_predict_layers", json!(nextn));
+    set("partial_rotary_factor", json!(rot as f64 / head_dim as f64));
+    set("attention_bias", json!(has("blk.0.attn_q.bias")));
+    set("use_qk_norm", json!(has("blk.0.attn_q_norm.weight")));
+    sigmoid_moe_config(meta, m, set)
 }
 
 /// `rope_scaling` from the `rope.scaling.*` keys (YaRN only); `yarn_log_multiplier` is
@@ -551,6 +629,27 @@ mod tests {
             ))
         );
         assert_eq!(hf_name(Arch::Llama, "blk.0.ffn_norm.5.weight"), None);
+        // GLM-4.5's MTP layer keeps its own tensors after the others; DeepSeek's split kv_b.
+        assert_eq!(
+            hf_name(Arch::Glm4Moe, "blk.92.nextn.shared_head_norm.weight"),
+            Some(HfName::Plain(
+                "model.layers.92.shared_head.norm.weight".into()
+            ))
+        );
+        assert_eq!(
+            hf_name(Arch::Glm4Moe, "blk.3.post_attention_norm.weight"),
+            Some(HfName::Plain(
+                "model.layers.3.post_attention_layernorm.weight".into()
+            ))
+        );
+        assert_eq!(
+            hf_name(Arch::Deepseek2, "blk.5.exp_probs_b.bias"),
+            Some(HfName::Plain(
+                "model.layers.5.mlp.gate.e_score_correction_bias".into()
+            ))
+        );
+        assert_eq!(hf_name(Arch::Qwen3Moe, "blk.5.exp_probs_b.bias"), None);
+        assert_eq!(hf_name(Arch::Olmoe, "blk.5.attn_k_b.weight"), None);
         assert_eq!(hf_name(Arch::Llama, "blk.x.attn_q.weight"), None);
     }
 
