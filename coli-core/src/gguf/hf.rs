@@ -3,7 +3,7 @@
 //! `gguf-py/gguf/constants.py` and `convert_hf_to_gguf.py` name them).
 //!
 //! Architectures: `llama` (dense, and Mixtral: `llama` with experts), `qwen3moe`,
-//! `qwen2moe`, `olmoe`, `deepseek2` (DeepSeek-V3/R1, Kimi-K2). Each layer's routed
+//! `qwen2moe`, `olmoe`, `deepseek2` (DeepSeek-V3/R1, Kimi-K2), `glm4moe` (GLM-4.5/4.6). Each layer's routed
 //! experts are one 3-D tensor per matrix (`ffn_gate_exps`, expert-major); expert `e` of
 //! it is the Hugging Face tensor `...mlp.experts.{e}.gate_proj.weight`.
 

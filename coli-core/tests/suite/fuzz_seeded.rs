@@ -20,12 +20,17 @@ const RANDOM: usize = 5000;
 /// inputs. Every seed must be accepted, and enough mutants too (at least `min_accepted`
 /// per thousand) that the accepting paths, not just the first check, are exercised.
 fn run(target: &str, seed: u64, entry: fn(&[u8]) -> bool, min_accepted: usize) {
+    run_n(target, seed, entry, min_accepted, MUTATIONS)
+}
+
+/// [`run`] with `mutations` per seed (an entry that writes a file per input takes fewer).
+fn run_n(target: &str, seed: u64, entry: fn(&[u8]) -> bool, min_accepted: usize, mutations: usize) {
     let seeds = coli_core::fuzzing::seed_corpus(target);
     let mut rng = Rng::new(seed);
     let mut accepted = 0;
     for s in &seeds {
         assert!(entry(s), "a {target} seed is refused");
-        for _ in 0..MUTATIONS {
+        for _ in 0..mutations {
             let m = mutate(&mut rng, s);
             // Mutants of mutants reach further from the seed.
             let m = if rng.below(4) == 0 {
@@ -40,10 +45,10 @@ fn run(target: &str, seed: u64, entry: fn(&[u8]) -> bool, min_accepted: usize) {
         let n = rng.below(300);
         entry(&rng.bytes(n));
     }
-    let per_mille = accepted * 1000 / (seeds.len() * MUTATIONS);
+    let per_mille = accepted * 1000 / (seeds.len() * mutations);
     eprintln!(
         "{target}: {accepted} of {} mutants accepted",
-        seeds.len() * MUTATIONS
+        seeds.len() * mutations
     );
     assert!(
         per_mille >= min_accepted,
@@ -67,6 +72,11 @@ fn gguf_seeded() {
 }
 
 #[test]
+fn gguf_model_seeded() {
+    run_n("gguf_model", 5, fuzzing::gguf_model, 10, 5000);
+}
+
+#[test]
 fn config_seeded() {
     run("config", 4, fuzzing::config, 10);
 }
@@ -83,6 +93,9 @@ fn corpus_seeds_are_valid_files() {
     for (name, bytes) in seeds("gguf") {
         assert!(coli_core::gguf::parse(&bytes).is_ok(), "{name}");
     }
+    for (name, bytes) in seeds("gguf_model") {
+        assert!(fuzzing::gguf_model(&bytes), "{name} opens as a model");
+    }
     for (name, bytes) in seeds("safetensors_index") {
         let p = Path::new("model.safetensors.index.json");
         assert!(
@@ -90,7 +103,13 @@ fn corpus_seeds_are_valid_files() {
             "{name}"
         );
     }
-    for target in ["safetensors", "gguf", "safetensors_index", "config"] {
+    for target in [
+        "safetensors",
+        "gguf",
+        "gguf_model",
+        "safetensors_index",
+        "config",
+    ] {
         for (name, bytes) in seeds(target) {
             let committed = std::fs::read(coli_core::fuzzing::seed_dir(target).join(&name))
                 .unwrap_or_else(|e| {
@@ -104,7 +123,13 @@ fn corpus_seeds_are_valid_files() {
 #[test]
 #[ignore = "rewrites fuzz/seeds"]
 fn write_seed_corpus() {
-    for target in ["safetensors", "gguf", "safetensors_index", "config"] {
+    for target in [
+        "safetensors",
+        "gguf",
+        "gguf_model",
+        "safetensors_index",
+        "config",
+    ] {
         let dir = coli_core::fuzzing::seed_dir(target);
         std::fs::create_dir_all(&dir).unwrap();
         for (name, bytes) in seeds(target) {
@@ -152,6 +177,7 @@ fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
                     .build(),
             ),
         ],
+        "gguf_model" => vec![("seed-tiny-qwen3moe".into(), tiny_moe_gguf())],
         "config" => ["llama_gqa", "kimi_k2_yarn_mscale", "deepseek_v3_fp8_b128", "qwen3_moe_new_rope"]
             .iter()
             .map(|f| {
@@ -176,5 +202,64 @@ fn all_types_gguf() -> Vec<u8> {
         .tensor("q4_1", &[32], 3, block(20, 3))
         .tensor("q8_0", &[32], 8, block(34, 4))
         .tensor("bf16", &[3], 30, block(6, 5))
+        .build()
+}
+
+/// A whole Qwen3-MoE model in a few kilobytes, as llama.cpp names it: f32 and Q8_0
+/// tensors, two stacked experts (one Q8_0, two f32), q/k norms.
+fn tiny_moe_gguf() -> Vec<u8> {
+    let f = |n: usize| {
+        (0..n)
+            .map(|i| (i % 7) as f32 * 0.125 - 0.25)
+            .collect::<Vec<f32>>()
+    };
+    let q8 = |rows: usize, cols: usize| -> Vec<u8> {
+        (0..rows * cols / 32)
+            .flat_map(|b| {
+                let mut v = half::f16::from_f32(0.01).to_bits().to_le_bytes().to_vec();
+                v.extend((0..32).map(|i| ((i * 5 + b) % 251) as u8));
+                v
+            })
+            .collect()
+    };
+    let (h, hd, vocab, ff) = (32u64, 16u64, 8u64, 32u64);
+    GgufBuilder::new()
+        .str("general.architecture", "qwen3moe")
+        .u32("qwen3moe.block_count", 1)
+        .u32("qwen3moe.context_length", 64)
+        .u32("qwen3moe.embedding_length", h as u32)
+        .u32("qwen3moe.attention.head_count", 2)
+        .u32("qwen3moe.attention.head_count_kv", 1)
+        .u32("qwen3moe.attention.key_length", hd as u32)
+        .u32("qwen3moe.expert_count", 2)
+        .u32("qwen3moe.expert_used_count", 1)
+        .u32("qwen3moe.expert_feed_forward_length", ff as u32)
+        .f32("qwen3moe.attention.layer_norm_rms_epsilon", 1e-6)
+        .tensor_f32("token_embd.weight", &[h, vocab], &f((h * vocab) as usize))
+        .tensor_f32("output_norm.weight", &[h], &f(h as usize))
+        .tensor_f32("blk.0.attn_norm.weight", &[h], &f(h as usize))
+        .tensor("blk.0.attn_q.weight", &[h, 2 * hd], 8, q8(32, 32))
+        .tensor_f32("blk.0.attn_k.weight", &[h, hd], &f((h * hd) as usize))
+        .tensor_f32("blk.0.attn_v.weight", &[h, hd], &f((h * hd) as usize))
+        .tensor_f32(
+            "blk.0.attn_output.weight",
+            &[2 * hd, h],
+            &f((2 * hd * h) as usize),
+        )
+        .tensor_f32("blk.0.attn_q_norm.weight", &[hd], &f(hd as usize))
+        .tensor_f32("blk.0.attn_k_norm.weight", &[hd], &f(hd as usize))
+        .tensor_f32("blk.0.ffn_norm.weight", &[h], &f(h as usize))
+        .tensor_f32("blk.0.ffn_gate_inp.weight", &[h, 2], &f((h * 2) as usize))
+        .tensor("blk.0.ffn_gate_exps.weight", &[h, ff, 2], 8, q8(64, 32))
+        .tensor_f32(
+            "blk.0.ffn_up_exps.weight",
+            &[h, ff, 2],
+            &f((h * ff * 2) as usize),
+        )
+        .tensor_f32(
+            "blk.0.ffn_down_exps.weight",
+            &[ff, h, 2],
+            &f((ff * h * 2) as usize),
+        )
         .build()
 }
