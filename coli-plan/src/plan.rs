@@ -216,6 +216,20 @@ fn memory_gb_s() -> f64 {
 /// blocks of gpt-oss, which the analysis names so).
 const PROBED: [&str; 7] = ["BF16", "F16", "F32", "I8", "U8", "F8_E4M3", "MXFP4"];
 
+/// The GGUF block types probed too (read in place, under their ggml names): what the
+/// common quantizations are made of.
+const GGML_PROBED: [coli_core::gguf::GgmlType; 9] = {
+    use coli_core::gguf::GgmlType::*;
+    [Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ2_XXS]
+};
+
+/// Every dtype name a valid probe has a rate for.
+fn probed_names() -> impl Iterator<Item = &'static str> {
+    PROBED
+        .into_iter()
+        .chain(GGML_PROBED.into_iter().map(|t| t.name()))
+}
+
 fn kernel_gb_s() -> std::collections::BTreeMap<String, f64> {
     use coli_kernels::matmul::{matmul, BlockScales};
     use coli_kernels::{MatRef, WFormat};
@@ -231,7 +245,12 @@ fn kernel_gb_s() -> std::collections::BTreeMap<String, f64> {
         (WFormat::F8E4M3, Some((128, 128))),
         (WFormat::F4E2M1, Some((1, 32))),
     ];
-    for (name, (fmt, block)) in PROBED.into_iter().zip(formats) {
+    let all = PROBED.into_iter().zip(formats).chain(
+        GGML_PROBED
+            .into_iter()
+            .map(|t| (t.name(), (WFormat::Ggml(t), None))),
+    );
+    for (name, (fmt, block)) in all {
         let rows = (64usize << 20) / fmt.row_bytes(cols);
         let mut out = vec![0.0f32; rows];
         let bytes = vec![0x11u8; rows * fmt.row_bytes(cols)];
@@ -305,7 +324,7 @@ pub fn probe(analysis_dir: &Path, remeasure: bool) -> Probe {
     // Kernel rates belong to the build that measured them, and only count when they
     // cover every probed format (an older version rated fewer).
     let kernels_valid = |p: &Probe| {
-        p.kernels_build == build && PROBED.iter().all(|d| p.kernel_gb_s.contains_key(*d))
+        p.kernels_build == build && probed_names().all(|d| p.kernel_gb_s.contains_key(d))
     };
     if let Some(p) = &cached {
         if p.disk_file == disk_file && kernels_valid(p) {
