@@ -198,6 +198,12 @@ def build(name, model_type, arch, seed, types, n_experts=0, top_k=0, expert_inte
     if cfg.tie_word_embeddings:
         model.tie_weights()
     gaps = check_router_margins(model, top_k) if n_experts else []
+    finish(name, out_dir, w, model, cfg, seed, gaps, types)
+
+
+def finish(name, out_dir, w, model, cfg, seed, gaps, types):
+    """Writes the GGUF, then transformers' reference on its dequantized weights (refused
+    when a routing decision sits on a tie)."""
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -254,6 +260,20 @@ GLM_NAMES = {
 }
 
 
+MINIMAX_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+    "mlp.e_score_correction_bias": "exp_probs_b.bias",
+}
+
+
 def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3", arch="deepseek2", **kw):
     """DeepSeek-V3 as llama.cpp's converter writes it (`deepseek2`): `kv_b_proj` split into
     `attn_k_b` (each head's key rows transposed) and `attn_v_b`, or (`split_kv_b=False`, as
@@ -263,7 +283,8 @@ def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3",
         return
     from gguf import ExpertGatingFuncType
     cfg = AutoConfig.for_model(model_type, **kw)
-    glm = arch == "glm4moe"
+    minimax = arch == "minimax-m2"
+    glm = arch == "glm4moe" or minimax
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
     decisive_init(model, seed, 4.0)
@@ -281,7 +302,8 @@ def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3",
     w.add_head_count(nh)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
-    w.add_leading_dense_block_count(cfg.first_k_dense_replace)
+    if not minimax:
+        w.add_leading_dense_block_count(cfg.first_k_dense_replace)
     w.add_vocab_size(cfg.vocab_size)
     if glm:
         # transformers builds no MTP layer, so the file has none (nextn_predict_layers 0).
@@ -289,7 +311,8 @@ def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3",
         w.add_key_length(cfg.head_dim)
         w.add_value_length(cfg.head_dim)
         w.add_rope_dimension_count(int(cfg.head_dim * cfg.rope_parameters.get("partial_rotary_factor", 0.5)))
-        w.add_nextn_predict_layers(0)
+        if not minimax:
+            w.add_nextn_predict_layers(0)
     else:
         nope, rope, v, r = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
         w.add_head_count_kv(1)
@@ -306,15 +329,21 @@ def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3",
     else:
         w.add_key_length(nope + rope)
         w.add_value_length(v)
-    w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
-    w.add_expert_count(cfg.n_routed_experts)
-    w.add_expert_used_count(cfg.num_experts_per_tok)
-    w.add_expert_shared_count(cfg.n_shared_experts)
-    w.add_expert_weights_scale(cfg.routed_scaling_factor)
-    w.add_expert_weights_norm(cfg.norm_topk_prob)
-    w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
-    w.add_expert_group_count(cfg.n_group)
-    w.add_expert_group_used_count(cfg.topk_group)
+    if minimax:
+        w.add_expert_feed_forward_length(cfg.intermediate_size)
+        w.add_expert_count(cfg.num_local_experts)
+        w.add_expert_used_count(cfg.num_experts_per_tok)
+        w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
+    else:
+        w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+        w.add_expert_count(cfg.n_routed_experts)
+        w.add_expert_used_count(cfg.num_experts_per_tok)
+        w.add_expert_shared_count(cfg.n_shared_experts)
+        w.add_expert_weights_scale(cfg.routed_scaling_factor)
+        w.add_expert_weights_norm(cfg.norm_topk_prob)
+        w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
+        w.add_expert_group_count(cfg.n_group)
+        w.add_expert_group_used_count(cfg.topk_group)
     w.add_bos_token_id(cfg.bos_token_id)
     w.add_eos_token_id(cfg.eos_token_id)
     new_sd = {}
@@ -337,7 +366,7 @@ def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3",
     new_sd["lm_head.weight"] = torch.from_numpy(quant("output.weight", types["output"], sd["lm_head.weight"]))
     for L in range(cfg.num_hidden_layers):
         p = f"model.layers.{L}."
-        for tail, gtail in (GLM_NAMES if glm else DEEPSEEK_NAMES).items():
+        for tail, gtail in (MINIMAX_NAMES if minimax else GLM_NAMES if glm else DEEPSEEK_NAMES).items():
             if p + tail not in sd:
                 continue
             t = sd[p + tail]
@@ -373,23 +402,124 @@ def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3",
     for m in model.modules():
         if type(m).__name__.endswith("TopkRouter"):
             m.register_forward_hook(group_router_hook(gaps))
+    finish(name, out_dir, w, model, cfg, seed, gaps, types)
+
+
+def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, expert_inter=0, **kw):
+    """A tiny model quantized by llama.cpp's own quantizer (`llama_model_quantize`, the
+    `ftype` recipe's mix of types per tensor, real block search): the model is written as
+    an F32 GGUF as the converter names and permutes it, quantized by llama.cpp, and the
+    reference is transformers on the quantized file's values as gguf-py dequantizes them."""
+    if ONLY and name not in ONLY:
+        return
+    import tempfile
+    import llama_cpp
+    from gguf import GGUFReader
+    cfg = AutoConfig.for_model(model_type, **kw)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
+    decisive_init(model, seed, 4.0)
+    sd = model.state_dict()
+    out_dir = os.path.join(ROOT, f"gguf_{name}")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.makedirs(out_dir)
+    tmp = tempfile.mkdtemp()
+    src = os.path.join(tmp, "f32.gguf")
+    w = GGUFWriter(src, arch)
+    hd = cfg.head_dim if getattr(cfg, "head_dim", None) else cfg.hidden_size // cfg.num_attention_heads
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    if n_experts:
+        w.add_expert_count(n_experts)
+        w.add_expert_used_count(top_k)
+        w.add_expert_feed_forward_length(expert_inter)
+    w.add_bos_token_id(cfg.bos_token_id)
+    w.add_eos_token_id(cfg.eos_token_id)
+    back = {}  # GGUF name -> (HF name, Q/K heads to put back)
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"].numpy())
+    back["token_embd.weight"] = ("model.embed_tokens.weight", None)
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"].numpy())
+    back["output_norm.weight"] = ("model.norm.weight", None)
+    w.add_tensor("output.weight", sd["lm_head.weight"].numpy())
+    back["output.weight"] = ("lm_head.weight", None)
+    for L in range(cfg.num_hidden_layers):
+        p = f"model.layers.{L}."
+        for tail, gtail in LAYER_NAMES.items():
+            if p + tail not in sd:
+                continue
+            t = sd[p + tail].numpy()
+            heads = None
+            if arch == "llama" and tail == "self_attn.q_proj.weight":
+                heads = cfg.num_attention_heads
+            if arch == "llama" and tail == "self_attn.k_proj.weight":
+                heads = cfg.num_key_value_heads
+            if heads:
+                t = hf_to_gguf_rows(t, heads)
+            w.add_tensor(f"blk.{L}.{gtail}", np.ascontiguousarray(t))
+            back[f"blk.{L}.{gtail}"] = (p + tail, heads)
+        if n_experts:
+            # transformers 5 keeps experts fused: gate_up_proj [E, 2I, H], down_proj [E, H, I].
+            gu, down = sd[p + "mlp.experts.gate_up_proj"].numpy(), sd[p + "mlp.experts.down_proj"].numpy()
+            inter = down.shape[-1]
+            for gname, t in [("ffn_gate_exps", gu[:, :inter]), ("ffn_up_exps", gu[:, inter:]), ("ffn_down_exps", down)]:
+                w.add_tensor(f"blk.{L}.{gname}.weight", np.ascontiguousarray(t))
+                back[f"blk.{L}.{gname}.weight"] = ((p, gname), None)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    out = os.path.join(out_dir, "model.gguf")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = 2
+    rc = llama_cpp.llama_model_quantize(src.encode(), out.encode(), params)
+    shutil.rmtree(tmp, ignore_errors=True)
+    assert rc == 0, f"llama_model_quantize returned {rc}"
+    new_sd = {}
+    types = {}
+    for t in GGUFReader(out).tensors:
+        hf, heads = back[t.name]
+        shape = tuple(int(x) for x in reversed(t.shape))
+        values = quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
+        if heads:
+            values = gguf_to_hf_rows(values, heads)
+        if isinstance(hf, tuple):
+            new_sd.setdefault(("experts", hf[0]), {})[hf[1]] = values
+        else:
+            new_sd[hf] = torch.from_numpy(np.ascontiguousarray(values))
+        types[t.name] = t.tensor_type
+    for key in [k for k in new_sd if isinstance(k, tuple)]:
+        v = new_sd.pop(key)
+        new_sd[key[1] + "mlp.experts.gate_up_proj"] = torch.from_numpy(
+            np.concatenate([v["ffn_gate_exps"], v["ffn_up_exps"]], axis=1))
+        new_sd[key[1] + "mlp.experts.down_proj"] = torch.from_numpy(np.ascontiguousarray(v["ffn_down_exps"]))
+    missing = [k for k in sd if k not in new_sd]
+    assert not missing, missing
+    model.load_state_dict(new_sd, strict=True)
+    gaps = check_router_margins(model, top_k) if n_experts else []
     ref, logits = reference(model, cfg.vocab_size, seed)
     if gaps and min(gaps) < 1e-5:
         sys.exit(f"{name}: a routing decision is within {min(gaps):.1e} of a tie; change the seed")
     logits.tofile(os.path.join(out_dir, "logits.bin"))
     ref["name"] = f"gguf_{name}"
     ref["transformers"] = transformers.__version__
-    ref["gguf_types"] = {k: v.name for k, v in types.items()}
+    ref["torch"] = torch.__version__
+    ref["quantizer"] = f"llama_model_quantize (llama-cpp-python {llama_cpp.__version__}), ftype {ftype}"
+    ref["gguf_types"] = {k: T(v).name for k, v in types.items()}
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         json.dump(ref, f)
     size = sum(os.path.getsize(os.path.join(out_dir, x)) for x in os.listdir(out_dir))
     m = np.array(ref["top2_margin"]) / np.maximum(np.array(ref["max_abs_logit"]), 1e-9)
     print(f"gguf_{name}: {size/1024:.0f} KiB, near-ties {int((m < 1e-3).sum())}/{len(m)}, "
-          f"router gap {min(gaps) if gaps else None}, greedy {ref['greedy'][:8]}")
+          f"types {sorted(set(ref['gguf_types'].values()))}, greedy {ref['greedy'][:8]}")
 
 
 def main():
@@ -402,6 +532,14 @@ def main():
     build("llama_low_bit", "llama", "llama", 32, dict(embd=T.Q5_K, output=T.Q6_K, q=T.IQ2_XXS, k=T.IQ3_S,
           v=T.Q3_K, o=T.IQ2_XS, gate=T.Q2_K, up=T.IQ1_S, down=T.IQ4_XS), intermediate_size=256,
           tie_word_embeddings=False, **common)
+    # Real quantizer output: llama.cpp's Q4_K_M recipe on a tiny Llama (every row a multiple of 256).
+    build_quantized("llama_llamacpp_q4_k_m", "llama", "llama", 39, 15, intermediate_size=256,
+                    tie_word_embeddings=False, **common)
+    # And its Qwen3-MoE: the experts' 64-wide down rows take the recipe's fallback types.
+    build_quantized("qwen3_moe_llamacpp_q4_k_m", "qwen3_moe", "qwen3moe", 40, 15, n_experts=4, top_k=2,
+                    expert_inter=64, tie_word_embeddings=False, head_dim=64, norm_topk_prob=True,
+                    **{k: v for k, v in common.items()}, num_experts=4, num_experts_per_tok=2,
+                    moe_intermediate_size=64, intermediate_size=64, decoder_sparse_step=1, mlp_only_layers=[])
     # Mixtral is `llama` with experts in GGUF (Q/K rows permuted like Llama's).
     build("mixtral_q4_k_m", "mixtral", "llama", 35, dict(embd=T.Q8_0, output=T.Q6_K, q=T.Q4_K, k=T.Q4_K,
           v=T.Q6_K, o=T.Q4_K, exp_gate=T.Q4_0, exp_up=T.Q8_0, exp_down=T.Q4_1), n_experts=4, top_k=2,
@@ -427,6 +565,13 @@ def main():
     build_deepseek("glm4_moe_q4_k_m", 37, dict(embd=T.Q8_0, output=T.Q6_K, q_proj=T.Q4_K, k_proj=T.Q4_K,
                    v_proj=T.Q6_K, o_proj=T.Q4_K, gate_proj=T.Q4_K, up_proj=T.Q4_K, down_proj=T.Q8_0, exp_gate=T.Q4_K,
                    exp_up=T.Q5_K, exp_down=T.Q4_0), model_type="glm4_moe", arch="glm4moe", **glm)
+    # MiniMax-M2: partial rotary, q/k norms over the whole projection, biased sigmoid top-k.
+    mm = dict(vocab_size=256, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              head_dim=64, rotary_dim=32, num_local_experts=4, num_experts_per_tok=2, intermediate_size=64,
+              tie_word_embeddings=False, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    build_deepseek("minimax_m2_q4_k_m", 38, dict(embd=T.Q8_0, output=T.Q6_K, q_proj=T.Q4_K, k_proj=T.Q5_K,
+                   v_proj=T.Q6_K, o_proj=T.Q4_K, exp_gate=T.Q4_K, exp_up=T.Q4_K, exp_down=T.Q8_0),
+                   model_type="minimax_m2", arch="minimax-m2", **mm)
     moe = dict(common, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, intermediate_size=64)
     build("qwen3_moe_mixed", "qwen3_moe", "qwen3moe", 33, dict(embd=T.Q4_0, output=T.Q8_0, q=T.IQ2_S, k=T.IQ1_M,
           v=T.Q5_0, o=T.Q5_1, exp_gate=T.Q4_1, exp_up=T.IQ4_NL, exp_down=T.MXFP4), n_experts=4, top_k=2,

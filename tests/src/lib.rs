@@ -56,6 +56,9 @@ pub const TINY_FIXTURES: &[&str] = &[
     "gguf_mixtral_q4_k_m",
     "gguf_deepseek_v3_q4_k_m",
     "gguf_glm4_moe_q4_k_m",
+    "gguf_minimax_m2_q4_k_m",
+    "gguf_llama_llamacpp_q4_k_m",
+    "gguf_qwen3_moe_llamacpp_q4_k_m",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

@@ -35,7 +35,12 @@ fn write_parts(dir: &Path, parts: &[Vec<u8>]) -> std::path::PathBuf {
 
 /// `coli eval` on `model` matches the fixture's transformers logits.
 fn eval_matches(model: &Path, envs: &[(&str, String)]) {
-    let r = Reference::load(FIXTURE);
+    eval_matches_fixture(FIXTURE, model, envs)
+}
+
+/// `coli eval` on `model` matches fixture `name`'s transformers logits.
+fn eval_matches_fixture(name: &str, model: &Path, envs: &[(&str, String)]) {
+    let r = Reference::load(name);
     let tmp = tempfile::tempdir().unwrap();
     let logits_path = tmp.path().join("logits.f32");
     let out = Command::new(env!("CARGO_BIN_EXE_coli"))
@@ -239,6 +244,15 @@ fn bad_gguf_files_are_refused_by_name() {
     let (code, v) = doctor(&t.path().join("model.gguf"));
     assert_eq!(code, Some(1));
     assert_eq!(status_of(&v, "config"), "error", "{v}");
+    // Stacked experts that disagree with the expert count (one more than the file has).
+    let t = damaged(&|m| {
+        let n = m["qwen3moe.expert_count"].as_u64().unwrap();
+        m.insert(
+            "qwen3moe.expert_count".into(),
+            GgufValue::Int(n as i128 + 1),
+        );
+    });
+    expect_refused(&t.path().join("model.gguf"), "but qwen3moe.expert_count is");
     // An unknown ggml type id in the tensor directory: patch the first tensor's type.
     let (_, tensors) = coli_core::gguf::parse(&bytes).unwrap();
     let t = tempfile::tempdir().unwrap();
@@ -418,29 +432,5 @@ fn deepseek_gguf_with_one_kv_b_tensor_runs_like_the_split_one() {
     let t = tempfile::tempdir().unwrap();
     let model = t.path().join("model.gguf");
     std::fs::write(&model, b.build()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_coli"))
-        .args(["eval", "--model", path_str(&model), "--ids", &csv(&r.ids())])
-        .args(["--logits-out", path_str(&t.path().join("l.f32")), "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(ids(&last_json(&out)["tf_pred"]), ids(&r.json["tf_pred"]));
-    let got: Vec<f32> = std::fs::read(t.path().join("l.f32"))
-        .unwrap()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    compare_logits(
-        "legacy attn_kv_b",
-        &got,
-        &r.logits,
-        &floats(&r.json["top2_margin"]),
-        r.vocab(),
-        coli_tests::ORACLE_TOLERANCE,
-    )
-    .unwrap();
+    eval_matches_fixture("gguf_deepseek_v3_q4_k_m", &model, &[]);
 }

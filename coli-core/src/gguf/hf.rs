@@ -3,7 +3,8 @@
 //! `gguf-py/gguf/constants.py` and `convert_hf_to_gguf.py` name them).
 //!
 //! Architectures: `llama` (dense, and Mixtral: `llama` with experts), `qwen3moe`,
-//! `qwen2moe`, `olmoe`, `deepseek2` (DeepSeek-V3/R1, Kimi-K2), `glm4moe` (GLM-4.5/4.6). Each layer's routed
+//! `qwen2moe`, `olmoe`, `deepseek2` (DeepSeek-V3/R1, Kimi-K2), `glm4moe` (GLM-4.5/4.6),
+//! `minimax-m2`. Each layer's routed
 //! experts are one 3-D tensor per matrix (`ffn_gate_exps`, expert-major); expert `e` of
 //! it is the Hugging Face tensor `...mlp.experts.{e}.gate_proj.weight`.
 
@@ -45,6 +46,9 @@ pub enum Arch {
     /// `glm4moe`: GLM-4.5/4.6 (GQA with partial rotary, sigmoid routing as DeepSeek's,
     /// shared experts, leading dense layers, its MTP layers kept after the others).
     Glm4Moe,
+    /// `minimax-m2`: MiniMax-M2 (GQA with partial rotary and q/k norms over the whole
+    /// projection, sigmoid routing with a selection bias, Mixtral's expert names).
+    MiniMaxM2,
 }
 
 impl Arch {
@@ -57,9 +61,10 @@ impl Arch {
             "olmoe" => Arch::Olmoe,
             "deepseek2" => Arch::Deepseek2,
             "glm4moe" => Arch::Glm4Moe,
+            "minimax-m2" => Arch::MiniMaxM2,
             other => {
                 return Err(format!(
-                    "general.architecture \"{other}\" is not supported (supported: llama, qwen3moe, qwen2moe, olmoe, deepseek2, glm4moe)"
+                    "general.architecture \"{other}\" is not supported (supported: llama, qwen3moe, qwen2moe, olmoe, deepseek2, glm4moe, minimax-m2)"
                 ))
             }
         })
@@ -74,6 +79,7 @@ impl Arch {
             Arch::Olmoe => "olmoe",
             Arch::Deepseek2 => "deepseek2",
             Arch::Glm4Moe => "glm4moe",
+            Arch::MiniMaxM2 => "minimax-m2",
         }
     }
 
@@ -105,6 +111,23 @@ pub fn hf_name(arch: Arch, name: &str) -> Option<HfName> {
         })
     };
     let moe = arch != Arch::Llama;
+    if arch == Arch::MiniMaxM2 {
+        let m = format!("{p}.block_sparse_moe");
+        let experts = |suffix: &str| {
+            Some(HfName::Experts {
+                prefix: format!("{m}.experts"),
+                suffix: suffix.to_string(),
+            })
+        };
+        match tail {
+            "ffn_gate_inp.weight" => return plain(&format!("{m}.gate.weight")),
+            "exp_probs_b.bias" => return plain(&format!("{m}.e_score_correction_bias")),
+            "ffn_gate_exps.weight" => return experts("w1.weight"),
+            "ffn_up_exps.weight" => return experts("w3.weight"),
+            "ffn_down_exps.weight" => return experts("w2.weight"),
+            _ => {}
+        }
+    }
     if arch == Arch::Llama {
         // Mixtral is `llama` with experts: stacked `*_exps` (the converter today), or one
         // tensor per expert, `ffn_gate.{e}.weight` (files of early 2024).
@@ -345,6 +368,29 @@ pub fn hf_config(
             deepseek2_config(&meta, m, has_bias, &mut set)?
         }
         Arch::Glm4Moe => glm4moe_config(&meta, m, tensors, head_dim, &mut set)?,
+        Arch::MiniMaxM2 => {
+            if let Some(g) = meta.uint("expert_gating_func")?.filter(|&g| g != 2) {
+                return Err(format!(
+                    "metadata \"{}\" = {g}: only sigmoid routing (2) is MiniMax-M2's",
+                    meta.key("expert_gating_func")
+                ));
+            }
+            set("model_type", json!("minimax_m2"));
+            set("num_local_experts", json!(meta.need("expert_count")?));
+            set(
+                "num_experts_per_tok",
+                json!(meta.need("expert_used_count")?),
+            );
+            let ff = match meta.uint("expert_feed_forward_length")? {
+                Some(v) => v,
+                None => meta.need("feed_forward_length")?,
+            };
+            set("intermediate_size", json!(ff));
+            set(
+                "rotary_dim",
+                json!(meta.uint("rope.dimension_count")?.unwrap_or(head_dim)),
+            );
+        }
         Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe => {
             let experts = meta.need("expert_count")?;
             let used = meta.need("expert_used_count")?;
@@ -649,6 +695,20 @@ mod tests {
             ))
         );
         assert_eq!(hf_name(Arch::Qwen3Moe, "blk.5.exp_probs_b.bias"), None);
+        // MiniMax-M2 keeps the hub's block_sparse_moe names.
+        assert_eq!(
+            hf_name(Arch::MiniMaxM2, "blk.4.exp_probs_b.bias"),
+            Some(HfName::Plain(
+                "model.layers.4.block_sparse_moe.e_score_correction_bias".into()
+            ))
+        );
+        assert_eq!(
+            hf_name(Arch::MiniMaxM2, "blk.4.ffn_down_exps.weight"),
+            Some(HfName::Experts {
+                prefix: "model.layers.4.block_sparse_moe.experts".into(),
+                suffix: "w2.weight".into()
+            })
+        );
         assert_eq!(hf_name(Arch::Olmoe, "blk.5.attn_k_b.weight"), None);
         assert_eq!(hf_name(Arch::Llama, "blk.x.attn_q.weight"), None);
     }

@@ -234,6 +234,17 @@ impl GgufModel {
                                 ),
                             ));
                         }
+                        let key = format!("{arch_name}.expert_count");
+                        let want = metadata.get(&key).and_then(GgufValue::as_u64);
+                        if want != Some(t.dims[2] as u64) {
+                            return Err(gguf_err(
+                                &part.path,
+                                format!(
+                                    "tensor \"{}\" stacks {} experts, but {key} is {want:?}",
+                                    t.name, t.dims[2]
+                                ),
+                            ));
+                        }
                         for e in 0..t.dims[2] {
                             insert(format!("{prefix}.{e}.{suffix}"), entry(Some(e)))?;
                         }
