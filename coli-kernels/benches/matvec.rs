@@ -192,10 +192,67 @@ fn bench_scaled_tokens(c: &mut Criterion) {
     g.finish();
 }
 
+/// GGUF block types at an MoE expert's shape (1024 x 2048), one thread, one token: the
+/// fused kernel (`matmul`) against the reference path the types without one took (four
+/// rows dequantized by `coli_core::gguf::dequantize`, then the f32 kernel). Throughput in
+/// bytes of stored blocks. `COLI_BENCH_GGML=Q4_K,IQ2_XXS` picks types.
+fn bench_ggml(c: &mut Criterion) {
+    use coli_core::gguf::GgmlType;
+    use coli_kernels::dot::{bytemuck_f32, dot_rows};
+    let (rows, cols) = (1024usize, 2048usize);
+    let pick = std::env::var("COLI_BENCH_GGML").ok();
+    let mut g = c.benchmark_group(format!("ggml_{rows}x{cols}"));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let isa = cpu::best();
+    for ty in GgmlType::ALL.into_iter().filter(|t| t.is_quantized()) {
+        if pick.as_ref().is_some_and(|p| !p.split(',').any(|n| n == ty.name())) {
+            continue;
+        }
+        let mut s = 0x9e3779b97f4a7c15u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let blocks = rows * cols / ty.block().0;
+        let w: Vec<u8> = (0..blocks)
+            .flat_map(|_| coli_core::fuzzing::random_block(ty, &mut next))
+            .collect();
+        let m = MatRef::new(WFormat::Ggml(ty), &w, rows, cols);
+        let x = vec![0.5f32; cols];
+        let mut out = vec![0.0; rows];
+        g.throughput(Throughput::Bytes(w.len() as u64));
+        g.bench_function(format!("{}/{isa:?}/fused", ty.name()), |b| {
+            pool.install(|| b.iter(|| matmul_isa(isa, &m, &x, 1, &mut out)))
+        });
+        let mut buf = vec![0.0f32; 4 * cols];
+        let rb = ty.row_bytes(cols);
+        g.bench_function(format!("{}/{isa:?}/dequant-then-dot", ty.name()), |b| {
+            b.iter(|| {
+                for r in (0..rows).step_by(4) {
+                    for (j, row) in buf.chunks_mut(cols).enumerate() {
+                        let at = (r + j) * rb;
+                        coli_core::gguf::dequantize(ty, &w[at..at + rb], row).unwrap();
+                    }
+                    let f = |j: usize| bytemuck_f32(&buf[j * cols..(j + 1) * cols]);
+                    let v = dot_rows(isa, WFormat::F32, [f(0), f(1), f(2), f(3)], &x);
+                    out[r..r + 4].copy_from_slice(&v);
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     bench,
     bench_scaled,
+    bench_ggml,
     bench_prefill,
     bench_scaled_tokens
 );

@@ -23,7 +23,7 @@ pub const IQ4_VALUES: [i8; 16] = [
 pub const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 /// IQ1_S/IQ1_M's offset of every grid value (`IQ1S_DELTA`).
-const IQ1_DELTA: f32 = 0.125;
+pub const IQ1_DELTA: f32 = 0.125;
 
 /// Bit `j` of `KSIGNS[i]` is the sign of element `j` of an 8-value group: the seven bits
 /// of `i`, and an eighth that makes the number of minus signs even.
