@@ -405,15 +405,58 @@ def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3",
     finish(name, out_dir, w, model, cfg, seed, gaps, types)
 
 
-def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, expert_inter=0, **kw):
+def quantize(src, out, ftype, imatrix=None):
+    """Runs llama.cpp's quantizer (`llama-quantize`, the `llama_model_quantize` of
+    llama-cpp-python's vendored llama.cpp) from F32 `src` to `out`; returns its name."""
+    import subprocess
+    tool = os.environ.get("LLAMA_QUANTIZE")
+    if not tool:
+        sys.exit("set LLAMA_QUANTIZE to llama-quantize built from llama-cpp-python==0.3.36's sdist: "
+                 "cmake -B build vendor/llama.cpp -DLLAMA_CURL=OFF && cmake --build build --target llama-quantize")
+    args = [tool] + (["--imatrix", imatrix] if imatrix else []) + [src, out, ftype, "2"]
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, f"llama-quantize failed:\n{r.stderr[-3000:]}"
+    return "llama-quantize (llama-cpp-python 0.3.36's vendored llama.cpp)"
+
+
+def write_imatrix(path, reader, seed):
+    """An importance matrix in llama.cpp's legacy layout (`common_imatrix_load_legacy`):
+    i32 entry count; per entry i32 name length, name, i32 calls, i32 values, f32 values
+    (summed over calls; the loader divides by the calls); then i32 chunks and a dataset
+    name. One entry per 2-D weight and per stacked expert tensor (columns x experts)."""
+    import struct
+    rng = np.random.default_rng(seed)
+    entries = []
+    for t in reader.tensors:
+        dims = [int(x) for x in t.shape]  # innermost first
+        if len(dims) < 2 or not t.name.endswith(".weight") or t.name.startswith("token_embd"):
+            continue
+        n = dims[0] * (dims[2] if len(dims) == 3 else 1)
+        entries.append((t.name, rng.uniform(0.05, 2.0, n).astype(np.float32)))
+    with open(path, "wb") as f:
+        f.write(struct.pack("<i", len(entries)))
+        for name, v in entries:
+            b = name.encode()
+            f.write(struct.pack("<i", len(b)) + b + struct.pack("<ii", 1, len(v)) + v.tobytes())
+        ds = b"synthetic"
+        f.write(struct.pack("<ii", 1, len(ds)) + ds)
+
+
+def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, expert_inter=0, imatrix=False, **kw):
     """A tiny model quantized by llama.cpp's own quantizer (`llama_model_quantize`, the
     `ftype` recipe's mix of types per tensor, real block search): the model is written as
     an F32 GGUF as the converter names and permutes it, quantized by llama.cpp, and the
-    reference is transformers on the quantized file's values as gguf-py dequantizes them."""
+    reference is transformers on the quantized file's values as gguf-py dequantizes them.
+
+    `ftype` is the recipe's name as `llama-quantize` takes it (`Q4_K_M`, `Q2_K`,
+    `IQ2_XXS`…). The tool is `$LLAMA_QUANTIZE`, built from the pinned llama-cpp-python
+    sdist's `vendor/llama.cpp` (see `quantize()`). `imatrix`: an importance matrix in
+    llama.cpp's legacy `.dat` layout, as the i-quant recipes below 3 bits require:
+    positive per-column weights drawn from the seed (the quantizer weighs its block
+    search by them; the reference is the values it wrote, whatever the weights)."""
     if ONLY and name not in ONLY:
         return
     import tempfile
-    import llama_cpp
     from gguf import GGUFReader
     cfg = AutoConfig.for_model(model_type, **kw)
     torch.manual_seed(seed)
@@ -477,12 +520,12 @@ def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, e
     w.write_tensors_to_file()
     w.close()
     out = os.path.join(out_dir, "model.gguf")
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = ftype
-    params.nthread = 2
-    rc = llama_cpp.llama_model_quantize(src.encode(), out.encode(), params)
+    imat = None
+    if imatrix:
+        imat = os.path.join(tmp, "imatrix.dat")
+        write_imatrix(imat, GGUFReader(src), seed)
+    tool = quantize(src, out, ftype, imat)
     shutil.rmtree(tmp, ignore_errors=True)
-    assert rc == 0, f"llama_model_quantize returned {rc}"
     new_sd = {}
     types = {}
     for t in GGUFReader(out).tensors:
@@ -512,7 +555,7 @@ def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, e
     ref["name"] = f"gguf_{name}"
     ref["transformers"] = transformers.__version__
     ref["torch"] = torch.__version__
-    ref["quantizer"] = f"llama_model_quantize (llama-cpp-python {llama_cpp.__version__}), ftype {ftype}"
+    ref["quantizer"] = f"{tool}, {ftype}" + (" with an importance matrix" if imatrix else "")
     ref["gguf_types"] = {k: T(v).name for k, v in types.items()}
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         json.dump(ref, f)
@@ -533,13 +576,18 @@ def main():
           v=T.Q3_K, o=T.IQ2_XS, gate=T.Q2_K, up=T.IQ1_S, down=T.IQ4_XS), intermediate_size=256,
           tie_word_embeddings=False, **common)
     # Real quantizer output: llama.cpp's Q4_K_M recipe on a tiny Llama (every row a multiple of 256).
-    build_quantized("llama_llamacpp_q4_k_m", "llama", "llama", 39, 15, intermediate_size=256,
+    build_quantized("llama_llamacpp_q4_k_m", "llama", "llama", 39, "Q4_K_M", intermediate_size=256,
                     tie_word_embeddings=False, **common)
     # And its Qwen3-MoE: the experts' 64-wide down rows take the recipe's fallback types.
-    build_quantized("qwen3_moe_llamacpp_q4_k_m", "qwen3_moe", "qwen3moe", 40, 15, n_experts=4, top_k=2,
-                    expert_inter=64, tie_word_embeddings=False, head_dim=64, norm_topk_prob=True,
-                    **{k: v for k, v in common.items()}, num_experts=4, num_experts_per_tok=2,
-                    moe_intermediate_size=64, intermediate_size=64, decoder_sparse_step=1, mlp_only_layers=[])
+    qwen3_moe = dict(n_experts=4, top_k=2, expert_inter=64, tie_word_embeddings=False, head_dim=64,
+                     norm_topk_prob=True, **common, num_experts=4, num_experts_per_tok=2,
+                     moe_intermediate_size=64, intermediate_size=64, decoder_sparse_step=1, mlp_only_layers=[])
+    build_quantized("qwen3_moe_llamacpp_q4_k_m", "qwen3_moe", "qwen3moe", 40, "Q4_K_M", **qwen3_moe)
+    # The low-bit recipes MoE downloads use: Q2_K, and IQ2_XXS with its importance matrix
+    # (IQ2_XXS experts and attention, Q2_K/Q4_K where the recipe keeps more bits).
+    build_quantized("qwen3_moe_llamacpp_q2_k", "qwen3_moe", "qwen3moe", 41, "Q2_K", **qwen3_moe)
+    build_quantized("qwen3_moe_llamacpp_iq2_xxs", "qwen3_moe", "qwen3moe", 42, "IQ2_XXS", imatrix=True,
+                    **qwen3_moe)
     # Mixtral is `llama` with experts in GGUF (Q/K rows permuted like Llama's).
     build("mixtral_q4_k_m", "mixtral", "llama", 35, dict(embd=T.Q8_0, output=T.Q6_K, q=T.Q4_K, k=T.Q4_K,
           v=T.Q6_K, o=T.Q4_K, exp_gate=T.Q4_0, exp_up=T.Q8_0, exp_down=T.Q4_1), n_experts=4, top_k=2,

@@ -208,7 +208,10 @@ fn bench_ggml(c: &mut Criterion) {
         .unwrap();
     let isa = cpu::best();
     for ty in GgmlType::ALL.into_iter().filter(|t| t.is_quantized()) {
-        if pick.as_ref().is_some_and(|p| !p.split(',').any(|n| n == ty.name())) {
+        if pick
+            .as_ref()
+            .is_some_and(|p| !p.split(',').any(|n| n == ty.name()))
+        {
             continue;
         }
         let mut s = 0x9e3779b97f4a7c15u64;

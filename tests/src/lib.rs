@@ -59,6 +59,8 @@ pub const TINY_FIXTURES: &[&str] = &[
     "gguf_minimax_m2_q4_k_m",
     "gguf_llama_llamacpp_q4_k_m",
     "gguf_qwen3_moe_llamacpp_q4_k_m",
+    "gguf_qwen3_moe_llamacpp_q2_k",
+    "gguf_qwen3_moe_llamacpp_iq2_xxs",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.
