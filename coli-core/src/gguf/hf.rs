@@ -253,6 +253,14 @@ impl Meta<'_> {
         self.uint(k)?
             .ok_or_else(|| format!("missing metadata key \"{}\"", self.key(k)))
     }
+    /// One expert's width: `expert_feed_forward_length`, else (older converters)
+    /// `feed_forward_length`.
+    fn expert_width(&self) -> Result<usize, String> {
+        match self.uint("expert_feed_forward_length")? {
+            Some(v) => Ok(v),
+            None => self.need("feed_forward_length"),
+        }
+    }
     /// A positive finite float, or `None` when absent.
     fn float(&self, k: &str) -> Result<Option<f64>, String> {
         let key = self.key(k);
@@ -353,10 +361,7 @@ pub fn hf_config(
                     "num_experts_per_tok",
                     json!(meta.need("expert_used_count")?),
                 );
-                let ff = match meta.uint("expert_feed_forward_length")? {
-                    Some(v) => v,
-                    None => meta.need("feed_forward_length")?,
-                };
+                let ff = meta.expert_width()?;
                 set("intermediate_size", json!(ff));
                 set("sliding_window", Value::Null);
             }
@@ -381,10 +386,7 @@ pub fn hf_config(
                 "num_experts_per_tok",
                 json!(meta.need("expert_used_count")?),
             );
-            let ff = match meta.uint("expert_feed_forward_length")? {
-                Some(v) => v,
-                None => meta.need("feed_forward_length")?,
-            };
+            let ff = meta.expert_width()?;
             set("intermediate_size", json!(ff));
             set(
                 "rotary_dim",
@@ -394,10 +396,7 @@ pub fn hf_config(
         Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::Olmoe => {
             let experts = meta.need("expert_count")?;
             let used = meta.need("expert_used_count")?;
-            let ff = match meta.uint("expert_feed_forward_length")? {
-                Some(v) => v,
-                None => meta.need("feed_forward_length")?,
-            };
+            let ff = meta.expert_width()?;
             set("num_experts", json!(experts));
             set("num_experts_per_tok", json!(used));
             match arch {
