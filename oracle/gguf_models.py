@@ -24,6 +24,7 @@ import sys
 import numpy as np
 import torch
 import transformers
+import gguf
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFWriter, quants
 from gguf.constants import GGML_QUANT_SIZES
@@ -442,6 +443,59 @@ def write_imatrix(path, reader, seed):
         f.write(struct.pack("<ii", 1, len(ds)) + ds)
 
 
+GPT_OSS_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "self_attn.sinks": "attn_sinks.weight",
+    "mlp.router.weight": "ffn_gate_inp.weight",
+    "mlp.router.bias": "ffn_gate_inp.bias",
+    **{f"self_attn.{x}_proj.{b}": f"attn_{y}.{b}" for x, y in
+       [("q", "q"), ("k", "k"), ("v", "v"), ("o", "output")] for b in ("weight", "bias")},
+}
+
+
+def gpt_oss_f32(w, cfg, sd, back):
+    """gpt-oss' layers as llama.cpp's converter (`conversion/gpt_oss.py`) writes an
+    unquantized checkpoint: transformers' input-major experts transposed, the interleaved
+    gate/up rows (and biases) split into `ffn_gate_exps` (even rows) and `ffn_up_exps`
+    (odd), `down_proj` as `ffn_down_exps`; Q/K not permuted (NeoX RoPE)."""
+    for L in range(cfg.num_hidden_layers):
+        p = f"model.layers.{L}."
+        for tail, gtail in GPT_OSS_NAMES.items():
+            w.add_tensor(f"blk.{L}.{gtail}", np.ascontiguousarray(sd[p + tail].numpy()))
+            back[f"blk.{L}.{gtail}"] = (p + tail, None)
+        gu = sd[p + "mlp.experts.gate_up_proj"].numpy().transpose(0, 2, 1)  # [E, 2I, H]
+        gub = sd[p + "mlp.experts.gate_up_proj_bias"].numpy()
+        down = sd[p + "mlp.experts.down_proj"].numpy().transpose(0, 2, 1)  # [E, H, I]
+        for gname, t in [("ffn_gate_exps.weight", gu[:, ::2]), ("ffn_up_exps.weight", gu[:, 1::2]),
+                         ("ffn_down_exps.weight", down), ("ffn_gate_exps.bias", gub[:, ::2]),
+                         ("ffn_up_exps.bias", gub[:, 1::2]),
+                         ("ffn_down_exps.bias", sd[p + "mlp.experts.down_proj_bias"].numpy())]:
+            w.add_tensor(f"blk.{L}.{gname}", np.ascontiguousarray(t))
+            back[f"blk.{L}.{gname}"] = ((p, gname), None)
+
+
+def gpt_oss_experts(p, v):
+    """transformers' expert tensors of layer `p` from the GGUF's dequantized ones (the
+    converter's split undone: gate rows even, up rows odd, input-major)."""
+    def interleave(a, b, axis):
+        out = np.empty(a.shape[:axis] + (2 * a.shape[axis],) + a.shape[axis + 1:], np.float32)
+        idx = [slice(None)] * a.ndim
+        idx[axis] = slice(0, None, 2)
+        out[tuple(idx)] = a
+        idx[axis] = slice(1, None, 2)
+        out[tuple(idx)] = b
+        return out
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    gu = interleave(v["ffn_gate_exps.weight"], v["ffn_up_exps.weight"], 1)  # [E, 2I, H]
+    return {
+        p + "mlp.experts.gate_up_proj": t(gu.transpose(0, 2, 1)),
+        p + "mlp.experts.gate_up_proj_bias": t(interleave(v["ffn_gate_exps.bias"], v["ffn_up_exps.bias"], 1)),
+        p + "mlp.experts.down_proj": t(v["ffn_down_exps.weight"].transpose(0, 2, 1)),
+        p + "mlp.experts.down_proj_bias": t(v["ffn_down_exps.bias"]),
+    }
+
+
 def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, expert_inter=0, imatrix=False, **kw):
     """A tiny model quantized by llama.cpp's own quantizer (`llama_model_quantize`, the
     `ftype` recipe's mix of types per tensor, real block search): the model is written as
@@ -484,6 +538,15 @@ def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, e
         w.add_expert_count(n_experts)
         w.add_expert_used_count(top_k)
         w.add_expert_feed_forward_length(expert_inter)
+    if arch == "gpt-oss":
+        # conversion/gpt_oss.py and TextModel.set_gguf_parameters' YaRN keys.
+        r = cfg.rope_parameters
+        w.add_sliding_window(cfg.sliding_window)
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(r["factor"])
+        w.add_rope_scaling_orig_ctx_len(r["original_max_position_embeddings"])
+        w.add_rope_scaling_yarn_beta_fast(r["beta_fast"])
+        w.add_rope_scaling_yarn_beta_slow(r["beta_slow"])
     w.add_bos_token_id(cfg.bos_token_id)
     w.add_eos_token_id(cfg.eos_token_id)
     back = {}  # GGUF name -> (HF name, Q/K heads to put back)
@@ -493,7 +556,9 @@ def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, e
     back["output_norm.weight"] = ("model.norm.weight", None)
     w.add_tensor("output.weight", sd["lm_head.weight"].numpy())
     back["output.weight"] = ("lm_head.weight", None)
-    for L in range(cfg.num_hidden_layers):
+    if arch == "gpt-oss":
+        gpt_oss_f32(w, cfg, sd, back)
+    for L in range(cfg.num_hidden_layers if arch != "gpt-oss" else 0):
         p = f"model.layers.{L}."
         for tail, gtail in LAYER_NAMES.items():
             if p + tail not in sd:
@@ -541,6 +606,9 @@ def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, e
         types[t.name] = t.tensor_type
     for key in [k for k in new_sd if isinstance(k, tuple)]:
         v = new_sd.pop(key)
+        if arch == "gpt-oss":
+            new_sd.update(gpt_oss_experts(key[1], v))
+            continue
         new_sd[key[1] + "mlp.experts.gate_up_proj"] = torch.from_numpy(
             np.concatenate([v["ffn_gate_exps"], v["ffn_up_exps"]], axis=1))
         new_sd[key[1] + "mlp.experts.down_proj"] = torch.from_numpy(np.ascontiguousarray(v["ffn_down_exps"]))
@@ -588,6 +656,15 @@ def main():
     build_quantized("qwen3_moe_llamacpp_q2_k", "qwen3_moe", "qwen3moe", 41, "Q2_K", **qwen3_moe)
     build_quantized("qwen3_moe_llamacpp_iq2_xxs", "qwen3_moe", "qwen3moe", 42, "IQ2_XXS", imatrix=True,
                     **qwen3_moe)
+    # gpt-oss as its GGUFs ship: llama.cpp's MXFP4_MOE recipe (MXFP4 experts, Q8_0 elsewhere;
+    # norms, sinks, router and biases F32); sliding window below the sequence, YaRN.
+    build_quantized("gpt_oss_llamacpp_mxfp4", "gpt_oss", "gpt-oss", 43, "MXFP4_MOE", n_experts=4, top_k=2,
+                    expert_inter=64, vocab_size=256, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=32, intermediate_size=64, num_local_experts=4,
+                    num_experts_per_tok=2, sliding_window=8, max_position_embeddings=256, bos_token_id=1,
+                    eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+                    rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
+                                     "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 64})
     # Mixtral is `llama` with experts in GGUF (Q/K rows permuted like Llama's).
     build("mixtral_q4_k_m", "mixtral", "llama", 35, dict(embd=T.Q8_0, output=T.Q6_K, q=T.Q4_K, k=T.Q4_K,
           v=T.Q6_K, o=T.Q4_K, exp_gate=T.Q4_0, exp_up=T.Q8_0, exp_down=T.Q4_1), n_experts=4, top_k=2,

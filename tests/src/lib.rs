@@ -61,6 +61,7 @@ pub const TINY_FIXTURES: &[&str] = &[
     "gguf_qwen3_moe_llamacpp_q4_k_m",
     "gguf_qwen3_moe_llamacpp_q2_k",
     "gguf_qwen3_moe_llamacpp_iq2_xxs",
+    "gguf_gpt_oss_llamacpp_mxfp4",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

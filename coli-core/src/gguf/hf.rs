@@ -4,7 +4,7 @@
 //!
 //! Architectures: `llama` (dense, and Mixtral: `llama` with experts), `qwen3moe`,
 //! `qwen2moe`, `olmoe`, `deepseek2` (DeepSeek-V3/R1, Kimi-K2), `glm4moe` (GLM-4.5/4.6),
-//! `minimax-m2`. Each layer's routed
+//! `minimax-m2`, `gpt-oss`. Each layer's routed
 //! experts are one 3-D tensor per matrix (`ffn_gate_exps`, expert-major); expert `e` of
 //! it is the Hugging Face tensor `...mlp.experts.{e}.gate_proj.weight`.
 
@@ -49,6 +49,10 @@ pub enum Arch {
     /// `minimax-m2`: MiniMax-M2 (GQA with partial rotary and q/k norms over the whole
     /// projection, sigmoid routing with a selection bias, Mixtral's expert names).
     MiniMaxM2,
+    /// `gpt-oss`: gpt-oss-20b/120b (biases on every projection, sinks, alternating
+    /// sliding and full layers, YaRN; experts with biases, their interleaved gate/up rows
+    /// split by the converter into `ffn_gate_exps` and `ffn_up_exps`).
+    GptOss,
 }
 
 impl Arch {
@@ -62,9 +66,10 @@ impl Arch {
             "deepseek2" => Arch::Deepseek2,
             "glm4moe" => Arch::Glm4Moe,
             "minimax-m2" => Arch::MiniMaxM2,
+            "gpt-oss" => Arch::GptOss,
             other => {
                 return Err(format!(
-                    "general.architecture \"{other}\" is not supported (supported: llama, qwen3moe, qwen2moe, olmoe, deepseek2, glm4moe, minimax-m2)"
+                    "general.architecture \"{other}\" is not supported (supported: llama, qwen3moe, qwen2moe, olmoe, deepseek2, glm4moe, minimax-m2, gpt-oss)"
                 ))
             }
         })
@@ -80,6 +85,7 @@ impl Arch {
             Arch::Deepseek2 => "deepseek2",
             Arch::Glm4Moe => "glm4moe",
             Arch::MiniMaxM2 => "minimax-m2",
+            Arch::GptOss => "gpt-oss",
         }
     }
 
@@ -126,6 +132,28 @@ pub fn hf_name(arch: Arch, name: &str) -> Option<HfName> {
             "ffn_up_exps.weight" => return experts("w3.weight"),
             "ffn_down_exps.weight" => return experts("w2.weight"),
             _ => {}
+        }
+    }
+    if arch == Arch::GptOss {
+        // The experts' biases stay one tensor per layer, `[E, rows]`, as transformers keeps
+        // them (`down_proj_bias`); the split gate/up ones under names of their own.
+        let hf = match tail {
+            "post_attention_norm.weight" => "post_attention_layernorm.weight",
+            "attn_sinks.weight" => "self_attn.sinks",
+            "attn_output.bias" => "self_attn.o_proj.bias",
+            "ffn_gate_inp.weight" => "mlp.router.weight",
+            "ffn_gate_inp.bias" => "mlp.router.bias",
+            "ffn_gate_exps.bias" => "mlp.experts.gate_proj_bias",
+            "ffn_up_exps.bias" => "mlp.experts.up_proj_bias",
+            "ffn_down_exps.bias" => "mlp.experts.down_proj_bias",
+            // Its FFN is always the MoE: no `ffn_norm`, no dense projections.
+            "ffn_norm.weight" | "ffn_gate.weight" | "ffn_up.weight" | "ffn_down.weight" => {
+                return None
+            }
+            _ => "",
+        };
+        if !hf.is_empty() {
+            return plain(&format!("{p}.{hf}"));
         }
     }
     if arch == Arch::Llama {
@@ -373,6 +401,7 @@ pub fn hf_config(
             deepseek2_config(&meta, m, has_bias, &mut set)?
         }
         Arch::Glm4Moe => glm4moe_config(&meta, m, tensors, head_dim, &mut set)?,
+        Arch::GptOss => gpt_oss_config(&meta, m, &has, &mut set)?,
         Arch::MiniMaxM2 => {
             if let Some(g) = meta.uint("expert_gating_func")?.filter(|&g| g != 2) {
                 return Err(format!(
@@ -592,6 +621,44 @@ fn glm4moe_config(
     sigmoid_moe_config(meta, m, set)
 }
 
+/// gpt-oss' keys from a `gpt-oss` GGUF. llama.cpp keeps the release's constants in its
+/// graph (`swiglu_alpha` 1.702, `swiglu_limit` 7.0: transformers' defaults, left unset
+/// here) and its layer pattern (even layers slide: transformers' default when
+/// `layer_types` is absent). YaRN as the release configures it: the converter writes no
+/// key for `truncate`, which the release sets to false.
+fn gpt_oss_config(
+    meta: &Meta<'_>,
+    m: &BTreeMap<String, GgufValue>,
+    has: &dyn Fn(&str) -> bool,
+    set: &mut dyn FnMut(&str, Value),
+) -> Result<(), String> {
+    set("model_type", json!("gpt_oss"));
+    set("num_local_experts", json!(meta.need("expert_count")?));
+    set(
+        "num_experts_per_tok",
+        json!(meta.need("expert_used_count")?),
+    );
+    set("intermediate_size", json!(meta.expert_width()?));
+    set(
+        "sliding_window",
+        json!(meta.need("attention.sliding_window")?),
+    );
+    if let Some(swa) = meta.float("rope.freq_base_swa")? {
+        if meta.float("rope.freq_base")? != Some(swa) {
+            return Err(format!(
+                "metadata \"{}\" = {swa}: sliding layers with a RoPE base of their own are not gpt-oss'",
+                meta.key("rope.freq_base_swa")
+            ));
+        }
+    }
+    set("attention_bias", json!(has("blk.0.attn_q.bias")));
+    if let Some(mut r) = deepseek2_yarn(meta, m)? {
+        r["truncate"] = json!(false);
+        set("rope_scaling", r);
+    }
+    Ok(())
+}
+
 /// `rope_scaling` from the `rope.scaling.*` keys (YaRN only); `yarn_log_multiplier` is
 /// `0.1 * mscale_all_dim`.
 fn deepseek2_yarn(
@@ -728,5 +795,82 @@ mod tests {
             "{e}"
         );
         assert!(Arch::from_gguf("mamba").unwrap_err().contains("mamba"));
+    }
+
+    #[test]
+    fn gpt_oss_names_and_config_as_its_converter_writes_them() {
+        let plain = |s: &str| Some(HfName::Plain(s.to_string()));
+        assert_eq!(
+            hf_name(Arch::GptOss, "blk.2.attn_sinks.weight"),
+            plain("model.layers.2.self_attn.sinks")
+        );
+        assert_eq!(
+            hf_name(Arch::GptOss, "blk.2.ffn_gate_inp.bias"),
+            plain("model.layers.2.mlp.router.bias")
+        );
+        assert_eq!(
+            hf_name(Arch::GptOss, "blk.2.attn_output.bias"),
+            plain("model.layers.2.self_attn.o_proj.bias")
+        );
+        // The experts' biases stay stacked under one name; their matrices split per expert.
+        assert_eq!(
+            hf_name(Arch::GptOss, "blk.0.ffn_up_exps.bias"),
+            plain("model.layers.0.mlp.experts.up_proj_bias")
+        );
+        assert_eq!(
+            hf_name(Arch::GptOss, "blk.0.ffn_up_exps.weight"),
+            Some(HfName::Experts {
+                prefix: "model.layers.0.mlp.experts".into(),
+                suffix: "up_proj.weight".into()
+            })
+        );
+        assert_eq!(
+            hf_name(Arch::GptOss, "blk.0.post_attention_norm.weight"),
+            plain("model.layers.0.post_attention_layernorm.weight")
+        );
+        assert_eq!(hf_name(Arch::GptOss, "blk.0.ffn_norm.weight"), None);
+        assert_eq!(hf_name(Arch::Qwen3Moe, "blk.0.attn_sinks.weight"), None);
+
+        let mut m = BTreeMap::new();
+        for (k, v) in [
+            ("embedding_length", 64),
+            ("block_count", 2),
+            ("attention.head_count", 4),
+            ("attention.head_count_kv", 2),
+            ("expert_count", 4),
+            ("expert_used_count", 2),
+            ("expert_feed_forward_length", 32),
+            ("rope.scaling.original_context_length", 4096),
+        ] {
+            m.insert(format!("gpt-oss.{k}"), GgufValue::Int(v));
+        }
+        m.insert("gpt-oss.rope.freq_base".into(), GgufValue::Float(150000.0));
+        let vocab = GgufValue::Array(vec![GgufValue::Str("a".into()); 8]);
+        m.insert("tokenizer.ggml.tokens".into(), vocab);
+        m.insert("gpt-oss.rope.scaling.factor".into(), GgufValue::Float(32.0));
+        m.insert(
+            "gpt-oss.rope.scaling.type".into(),
+            GgufValue::Str("yarn".into()),
+        );
+        let e = hf_config(Arch::GptOss, &m, &[]).unwrap_err();
+        assert!(e.contains("\"gpt-oss.attention.sliding_window\""), "{e}");
+        m.insert(
+            "gpt-oss.attention.sliding_window".into(),
+            GgufValue::Int(128),
+        );
+        let c = hf_config(Arch::GptOss, &m, &[]).unwrap();
+        assert_eq!(c["model_type"], "gpt_oss");
+        assert_eq!(c["sliding_window"], 128);
+        assert_eq!(c["intermediate_size"], 32);
+        assert_eq!(c["num_local_experts"], 4);
+        // The release's YaRN: no truncation of the correction range.
+        assert_eq!(c["rope_scaling"]["truncate"], false);
+        assert_eq!(c["rope_scaling"]["factor"], 32.0);
+        m.insert(
+            "gpt-oss.rope.freq_base_swa".into(),
+            GgufValue::Float(10000.0),
+        );
+        let e = hf_config(Arch::GptOss, &m, &[]).unwrap_err();
+        assert!(e.contains("gpt-oss.rope.freq_base_swa"), "{e}");
     }
 }

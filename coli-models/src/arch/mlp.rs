@@ -1,6 +1,7 @@
 //! The SwiGLU MLP `down(silu(gate x) * up x)`: dense layers, shared experts, and each
 //! routed expert (read in place or handed over by the expert store); and gpt-oss' clamped
-//! GLU expert over one interleaved gate/up projection.
+//! GLU expert over one interleaved gate/up projection (or, as llama.cpp's GGUF splits it,
+//! separate gate and up projections).
 
 use coli_core::ModelDir;
 use coli_kernels::norm::{swiglu_clamped_inplace, swiglu_inplace};
@@ -100,17 +101,35 @@ fn glu(gate: &mut [f32], up: &[f32], limit: Option<f32>) {
     }
 }
 
-/// gpt-oss' expert: one projection `gate_up` `[2 * inter, hidden]` whose even rows are the
-/// gate and odd rows the up projection, then `down` `[hidden, inter]`, both with biases:
+/// gpt-oss' expert: the gate and up projections (see [`GluInput`]), then `down`
+/// `[hidden, inter]`, all with biases:
 /// `down((clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g))` with `g = min(gate, limit)`.
 #[derive(Clone, Debug)]
 pub struct GluExpert {
-    /// `[2 * intermediate, hidden]`, gate and up rows interleaved, with a bias.
-    pub gate_up: Linear,
+    /// The gate and up projections, with their biases.
+    pub input: GluInput,
     /// `[hidden, intermediate]`, with a bias.
     pub down: Linear,
     /// The activation's constants.
     pub act: ClampedGlu,
+}
+
+/// How a gpt-oss expert holds its gate and up projections.
+// One per expert, built at load; boxing would add a pointer chase per expert use.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug)]
+pub enum GluInput {
+    /// One `[2 * intermediate, hidden]` projection whose even rows are the gate and odd
+    /// rows the up projection (the release, and transformers).
+    Interleaved(Linear),
+    /// Two `[intermediate, hidden]` projections: llama.cpp's converter splits the
+    /// interleaved rows into `ffn_gate_exps` and `ffn_up_exps`.
+    Split {
+        /// The gate's rows.
+        gate: Linear,
+        /// The up projection's rows.
+        up: Linear,
+    },
 }
 
 /// `swiglu_alpha` and `swiglu_limit` of gpt-oss.
@@ -123,15 +142,27 @@ pub struct ClampedGlu {
 }
 
 impl ClampedGlu {
-    /// `out[i] = (clamp(up_i) + 1) * g_i * sigmoid(alpha g_i)` over the interleaved pairs
-    /// `(gate_i, up_i)` of `gate_up` (as `GptOssExperts._apply_gate`).
+    /// One output: `(clamp(up) + 1) * g * sigmoid(alpha g)`, `g = min(gate, limit)` (as
+    /// `GptOssExperts._apply_gate`).
+    fn one(&self, gate: f32, up: f32) -> f32 {
+        let g = gate.min(self.limit);
+        let u = up.clamp(-self.limit, self.limit);
+        (u + 1.0) * (g * sigmoid(g * self.alpha))
+    }
+
+    /// `out[i]` over the interleaved pairs `(gate_i, up_i)` of `gate_up`.
     pub fn apply(&self, gate_up: &[f32], out: &mut [f32]) {
         assert_eq!(gate_up.len(), 2 * out.len());
-        let (alpha, limit) = (self.alpha, self.limit);
         for (o, pair) in out.iter_mut().zip(gate_up.chunks_exact(2)) {
-            let g = pair[0].min(limit);
-            let u = pair[1].clamp(-limit, limit);
-            *o = (u + 1.0) * (g * sigmoid(g * alpha));
+            *o = self.one(pair[0], pair[1]);
+        }
+    }
+
+    /// `out[i]` over `gate[i]` and `up[i]` held apart.
+    pub fn apply_split(&self, gate: &[f32], up: &[f32], out: &mut [f32]) {
+        assert!(gate.len() == out.len() && up.len() == out.len());
+        for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+            *o = self.one(g, u);
         }
     }
 }
@@ -142,38 +173,88 @@ impl GluExpert {
         self.down.cols
     }
 
-    /// `out = expert(xs)` for `n` rows (`s.gate` holds the fused projection, `s.up` the
+    /// Its weight matrices, in the order the expert store reads them: the input
+    /// projection(s), then down.
+    pub fn linears(&self) -> Vec<&Linear> {
+        match &self.input {
+            GluInput::Interleaved(gu) => vec![gu, &self.down],
+            GluInput::Split { gate, up } => vec![gate, up, &self.down],
+        }
+    }
+
+    /// Its weight matrices, mutably, in the same order.
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        match &mut self.input {
+            GluInput::Interleaved(gu) => vec![gu, &mut self.down],
+            GluInput::Split { gate, up } => vec![gate, up, &mut self.down],
+        }
+    }
+
+    /// `out = expert(xs)` for `n` rows (`s.gate` holds the input projections, `s.up` the
     /// activation).
     pub(crate) fn forward(&self, n: usize, xs: &[f32], s: &mut MlpScratch, out: &mut [f32]) {
-        let biases = [self.gate_up.bias(), self.down.bias()];
+        let db = self.down.bias();
         // gpt-oss' unquantized experts are stored input-major: each use read in place
         // transposes them (placed models read them through the store, transposed once).
-        self.gate_up.with_mat(|gu| {
-            self.down
-                .with_mat(|d| glu_forward_mats([gu, d], biases, self.act, n, xs, s, out))
-        });
+        match &self.input {
+            GluInput::Interleaved(gu) => {
+                let b = [gu.bias(), db];
+                gu.with_mat(|m| {
+                    self.down
+                        .with_mat(|d| glu_forward_mats(&[m, d], &b, self.act, n, xs, s, out))
+                })
+            }
+            GluInput::Split { gate, up } => {
+                let b = [gate.bias(), up.bias(), db];
+                gate.with_mat(|g| {
+                    up.with_mat(|u| {
+                        self.down
+                            .with_mat(|d| glu_forward_mats(&[g, u, d], &b, self.act, n, xs, s, out))
+                    })
+                })
+            }
+        }
     }
 }
 
 /// [`GluExpert::forward`] on kernel matrices and their biases (a streamed expert): the same
 /// kernels and the same bias additions, so the same bits as reading the expert in place.
+/// `mats` is `[gate_up, down]` (interleaved) or `[gate, up, down]` (split), `biases` in
+/// the same order.
 pub(crate) fn glu_forward_mats(
-    [gate_up_m, down_m]: [MatRef; 2],
-    [gate_up_b, down_b]: [Option<&[f32]>; 2],
+    mats: &[MatRef],
+    biases: &[Option<&[f32]>],
     act: ClampedGlu,
     n: usize,
     xs: &[f32],
     s: &mut MlpScratch,
     out: &mut [f32],
 ) {
-    let (two, inter) = (gate_up_m.rows, down_m.cols);
-    let (gu, a) = (&mut s.gate[..n * two], &mut s.up[..n * inter]);
-    coli_kernels::matmul::matmul(&gate_up_m, xs, n, gu);
-    add_bias(gu, gate_up_b);
-    for (row, o) in gu.chunks_exact(two).zip(a.chunks_exact_mut(inter)) {
-        act.apply(row, o);
+    assert!(mats.len() == biases.len() && (mats.len() == 2 || mats.len() == 3));
+    let (down_m, down_b) = (&mats[mats.len() - 1], biases[biases.len() - 1]);
+    let inter = down_m.cols;
+    let (gu, a) = (&mut s.gate[..n * 2 * inter], &mut s.up[..n * inter]);
+    if mats.len() == 2 {
+        coli_kernels::matmul::matmul(&mats[0], xs, n, gu);
+        add_bias(gu, biases[0]);
+        for (row, o) in gu.chunks_exact(2 * inter).zip(a.chunks_exact_mut(inter)) {
+            act.apply(row, o);
+        }
+    } else {
+        let (g, u) = gu.split_at_mut(n * inter);
+        coli_kernels::matmul::matmul(&mats[0], xs, n, g);
+        add_bias(g, biases[0]);
+        coli_kernels::matmul::matmul(&mats[1], xs, n, u);
+        add_bias(u, biases[1]);
+        for ((g, u), o) in g
+            .chunks_exact(inter)
+            .zip(u.chunks_exact(inter))
+            .zip(a.chunks_exact_mut(inter))
+        {
+            act.apply_split(g, u, o);
+        }
     }
-    coli_kernels::matmul::matmul(&down_m, a, n, out);
+    coli_kernels::matmul::matmul(down_m, a, n, out);
     add_bias(out, down_b);
 }
 
@@ -196,7 +277,7 @@ fn add_bias(rows: &mut [f32], bias: Option<&[f32]>) {
 pub enum Expert {
     /// Gate, up and down projections.
     SwiGlu(Mlp),
-    /// One interleaved gate/up projection and down, with biases.
+    /// gpt-oss' gate and up projections (interleaved or split) and down, with biases.
     Glu(GluExpert),
 }
 
@@ -213,7 +294,7 @@ impl Expert {
     pub(crate) fn gate_width(&self) -> usize {
         match self {
             Expert::SwiGlu(m) => m.inter(),
-            Expert::Glu(g) => g.gate_up.rows,
+            Expert::Glu(g) => 2 * g.inter(),
         }
     }
 
@@ -221,7 +302,7 @@ impl Expert {
     pub fn linears(&self) -> Vec<&Linear> {
         match self {
             Expert::SwiGlu(m) => vec![&m.gate_proj, &m.up_proj, &m.down_proj],
-            Expert::Glu(g) => vec![&g.gate_up, &g.down],
+            Expert::Glu(g) => g.linears(),
         }
     }
 
@@ -229,7 +310,7 @@ impl Expert {
     pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
         match self {
             Expert::SwiGlu(m) => vec![&mut m.gate_proj, &mut m.up_proj, &mut m.down_proj],
-            Expert::Glu(g) => vec![&mut g.gate_up, &mut g.down],
+            Expert::Glu(g) => g.linears_mut(),
         }
     }
 

@@ -48,7 +48,7 @@ pub use self::kv::{KvCache, KvLayout, KvShape};
 pub use self::layer::{Ffn, Layer, Mixer};
 pub use self::linears::LinearRole;
 pub use self::mla::{KvUp, Mla, MlaQuery};
-pub use self::mlp::{ClampedGlu, Expert, GluExpert, Mlp};
+pub use self::mlp::{ClampedGlu, Expert, GluExpert, GluInput, Mlp};
 pub use self::moe::{Choice, Moe, Routing, ScoreFn, SharedExpert};
 pub use self::mtp::Mtp;
 pub use self::scratch::Scratch;

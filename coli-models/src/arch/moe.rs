@@ -6,7 +6,7 @@
 use coli_kernels::norm::rms_norm;
 use coli_kernels::routing::{sigmoid, sigmoid_group_top_k, softmax_top_k, GroupedSigmoid};
 
-use super::mlp::{forward_mats, glu_forward_mats, Expert, Mlp};
+use super::mlp::{forward_mats, glu_forward_mats, Expert, GluInput, Mlp};
 use super::scratch::{grow, MlpScratch, MoeScratch};
 use super::{Ffn, Scratch, Step};
 use crate::error::Result;
@@ -418,15 +418,26 @@ impl Moe {
                         forward_mats([e.mat(0), e.mat(1), e.mat(2)], m.limit, rows, xs, ffn, y)
                     }
                     // Biases and constants stay resident; the store has the matrices.
-                    Expert::Glu(g) => glu_forward_mats(
-                        [e.mat(0), e.mat(1)],
-                        [g.gate_up.bias(), g.down.bias()],
-                        g.act,
-                        rows,
-                        xs,
-                        ffn,
-                        y,
-                    ),
+                    Expert::Glu(g) => match &g.input {
+                        GluInput::Interleaved(gu) => glu_forward_mats(
+                            &[e.mat(0), e.mat(1)],
+                            &[gu.bias(), g.down.bias()],
+                            g.act,
+                            rows,
+                            xs,
+                            ffn,
+                            y,
+                        ),
+                        GluInput::Split { gate, up } => glu_forward_mats(
+                            &[e.mat(0), e.mat(1), e.mat(2)],
+                            &[gate.bias(), up.bias(), g.down.bias()],
+                            g.act,
+                            rows,
+                            xs,
+                            ffn,
+                            y,
+                        ),
+                    },
                 }
             }
         }

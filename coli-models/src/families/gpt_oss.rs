@@ -19,8 +19,8 @@ use crate::arch::layer::head_dim;
 use crate::arch::moe::check_top_k;
 use crate::arch::ring::RingShape;
 use crate::arch::{
-    Attention, ClampedGlu, Expert, Ffn, GluExpert, KvLayout, KvShape, Mixer, Moe, Routing,
-    Transformer,
+    Attention, ClampedGlu, Expert, Ffn, GluExpert, GluInput, KvLayout, KvShape, Mixer, Moe,
+    Routing, Transformer,
 };
 use crate::error::Result;
 use crate::families::skeleton::{layer_kinds, CommonConfig, Defaults, Skeleton};
@@ -206,14 +206,35 @@ fn load_expert(
     let gate_up = format!("{prefix}.gate_up_proj");
     let down = format!("{prefix}.down_proj");
     let bias = |name: &str, rows: usize| expert_bias(dir, name, e, n_experts, rows);
+    let split_gate = format!("{prefix}.{e}.gate_proj.weight");
+    if dir.has(&split_gate) {
+        // llama.cpp's GGUF: the converter splits the interleaved rows into separate gate
+        // and up projections (`ffn_gate_exps`, `ffn_up_exps`), each with its bias
+        // (`{prefix}.gate_proj_bias` `[E, inter]`), in whatever type each was quantized to.
+        let load = |m: &str, rows: usize, cols: usize| -> Result<Linear> {
+            Ok(
+                Linear::load(dir, &format!("{prefix}.{e}.{m}.weight"), rows, cols)?
+                    .with_bias(bias(&format!("{prefix}.{m}"), rows)?),
+            )
+        };
+        return Ok(Expert::Glu(GluExpert {
+            input: GluInput::Split {
+                gate: load("gate_proj", inter, hidden)?,
+                up: load("up_proj", inter, hidden)?,
+            },
+            down: load("down_proj", hidden, inter)?,
+            act,
+        }));
+    }
     let own = format!("{prefix}.{e}.gate_up_proj.weight");
     if dir.has(&own) {
         // Per expert, `[out, in]`, in any format `Linear::load` reads: what `coli convert`
         // writes from the unquantized fused layout. The biases stay fused.
         let own_down = format!("{prefix}.{e}.down_proj.weight");
         return Ok(Expert::Glu(GluExpert {
-            gate_up: Linear::load(dir, &own, 2 * inter, hidden)?
-                .with_bias(bias(&gate_up, 2 * inter)?),
+            input: GluInput::Interleaved(
+                Linear::load(dir, &own, 2 * inter, hidden)?.with_bias(bias(&gate_up, 2 * inter)?),
+            ),
             down: Linear::load(dir, &own_down, hidden, inter)?.with_bias(bias(&down, hidden)?),
             act,
         }));
@@ -221,20 +242,27 @@ fn load_expert(
     if !dir.has(&format!("{gate_up}_blocks")) && dir.has(&gate_up) {
         // Unquantized, as transformers saves it (BF16 re-uploads): [E, in, out] per layer.
         return Ok(Expert::Glu(GluExpert {
-            gate_up: Linear::load_transposed_expert(
+            input: GluInput::Interleaved(Linear::load_transposed_expert(
                 dir,
                 &gate_up,
                 e,
                 n_experts,
                 2 * inter,
                 hidden,
-            )?,
+            )?),
             down: Linear::load_transposed_expert(dir, &down, e, n_experts, hidden, inter)?,
             act,
         }));
     }
     Ok(Expert::Glu(GluExpert {
-        gate_up: Linear::load_mxfp4_expert(dir, &gate_up, e, n_experts, 2 * inter, hidden)?,
+        input: GluInput::Interleaved(Linear::load_mxfp4_expert(
+            dir,
+            &gate_up,
+            e,
+            n_experts,
+            2 * inter,
+            hidden,
+        )?),
         down: Linear::load_mxfp4_expert(dir, &down, e, n_experts, hidden, inter)?,
         act,
     }))
