@@ -31,7 +31,7 @@ from gguf.constants import GGML_QUANT_SIZES
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from generate import ROOT, check_router_margins, decisive_init, group_router_hook, reference  # noqa: E402
+from generate import ROOT, check_router_margins, decisive_init, group_router_hook, mild_decay, reference  # noqa: E402
 from gguf_quants import F16_AT  # noqa: E402
 
 
@@ -496,7 +496,76 @@ def gpt_oss_experts(p, v):
     }
 
 
-def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, expert_inter=0, imatrix=False, **kw):
+def qwen3next_f32(w, cfg, sd, back):
+    """Qwen3-Next as llama.cpp's converter (`conversion/qwen.py`, `Qwen3NextModel`) writes
+    it: zero-centred norms stored as `1 + w` (not the gated norm of the linear layers),
+    `A_log` as `-exp(A_log)`, the convolution squeezed to [channels, kernel], `dt_bias` as
+    `ssm_dt.bias`, and `in_proj_qkvz` (grouped per key head as [q|k|v|z]) taken apart into
+    the flat `attn_qkv` (every q head, every k head, every v head) and `attn_gate` (z).
+    `back` entries ("=", name) are F32 tensors derived from the Hugging Face one: the
+    reference keeps the original (checked to stay F32 through the quantizer)."""
+    nk, nv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    r = nv // nk
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"].numpy() + np.float32(1))
+    back["output_norm.weight"] = (("=", "model.norm.weight"), None)
+    for L in range(cfg.num_hidden_layers):
+        p = f"model.layers.{L}."
+
+        def put(gname, hf, value):
+            w.add_tensor(f"blk.{L}.{gname}", np.ascontiguousarray(value))
+            back[f"blk.{L}.{gname}"] = hf
+
+        put("attn_norm.weight", (("=", p + "input_layernorm.weight"), None),
+            sd[p + "input_layernorm.weight"].numpy() + np.float32(1))
+        put("post_attention_norm.weight", (("=", p + "post_attention_layernorm.weight"), None),
+            sd[p + "post_attention_layernorm.weight"].numpy() + np.float32(1))
+        if cfg.layer_types[L] == "linear_attention":
+            a = p + "linear_attn."
+            qkvz = sd[a + "in_proj_qkvz.weight"].numpy().reshape(nk, 2 * dk + 2 * r * dv, -1)
+            q, k = qkvz[:, :dk], qkvz[:, dk:2 * dk]
+            v, z = qkvz[:, 2 * dk:2 * dk + r * dv], qkvz[:, 2 * dk + r * dv:]
+            hsz = qkvz.shape[-1]
+            put("attn_qkv.weight", ((p, "attn_qkv"), None),
+                np.concatenate([q.reshape(-1, hsz), k.reshape(-1, hsz), v.reshape(-1, hsz)]))
+            put("attn_gate.weight", ((p, "attn_gate"), None), z.reshape(-1, hsz))
+            put("ssm_ba.weight", (a + "in_proj_ba.weight", None), sd[a + "in_proj_ba.weight"].numpy())
+            put("ssm_conv1d.weight", (("=", a + "conv1d.weight"), None), sd[a + "conv1d.weight"].numpy().squeeze(1))
+            put("ssm_dt.bias", (("=", a + "dt_bias"), None), sd[a + "dt_bias"].numpy())
+            put("ssm_a", (("=", a + "A_log"), None), (-torch.exp(sd[a + "A_log"])).numpy())
+            put("ssm_norm.weight", (a + "norm.weight", None), sd[a + "norm.weight"].numpy())
+            put("ssm_out.weight", (a + "out_proj.weight", None), sd[a + "out_proj.weight"].numpy())
+        else:
+            a = p + "self_attn."
+            for x, g in [("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")]:
+                put(f"{g}.weight", (a + x + ".weight", None), sd[a + x + ".weight"].numpy())
+            for x in ("q_norm", "k_norm"):
+                put(f"attn_{x}.weight", (("=", a + x + ".weight"), None), sd[a + x + ".weight"].numpy() + np.float32(1))
+        m = p + "mlp."
+        put("ffn_gate_inp.weight", (m + "gate.weight", None), sd[m + "gate.weight"].numpy())
+        for x, g in [("gate_proj", "ffn_gate_shexp"), ("up_proj", "ffn_up_shexp"), ("down_proj", "ffn_down_shexp")]:
+            put(f"{g}.weight", (m + f"shared_expert.{x}.weight", None), sd[m + f"shared_expert.{x}.weight"].numpy())
+        put("ffn_gate_inp_shexp.weight", (m + "shared_expert_gate.weight", None), sd[m + "shared_expert_gate.weight"].numpy())
+        gu, down = sd[m + "experts.gate_up_proj"].numpy(), sd[m + "experts.down_proj"].numpy()
+        inter = down.shape[-1]
+        for gname, t in [("ffn_gate_exps", gu[:, :inter]), ("ffn_up_exps", gu[:, inter:]), ("ffn_down_exps", down)]:
+            put(f"{gname}.weight", ((p, gname), None), t)
+
+
+def qwen3next_qkvz(cfg, qkv, z):
+    """`in_proj_qkvz` grouped per key head from the converter's flat q|k|v and z rows."""
+    nk, nv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    r = nv // nk
+    hsz = qkv.shape[-1]
+    q = qkv[:nk * dk].reshape(nk, dk, hsz)
+    k = qkv[nk * dk:2 * nk * dk].reshape(nk, dk, hsz)
+    v = qkv[2 * nk * dk:].reshape(nk, r * dv, hsz)
+    return np.concatenate([q, k, v, z.reshape(nk, r * dv, hsz)], axis=1).reshape(-1, hsz)
+
+
+def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, expert_inter=0, imatrix=False,
+                    post_init=None, **kw):
     """A tiny model quantized by llama.cpp's own quantizer (`llama_model_quantize`, the
     `ftype` recipe's mix of types per tensor, real block search): the model is written as
     an F32 GGUF as the converter names and permutes it, quantized by llama.cpp, and the
@@ -516,6 +585,8 @@ def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, e
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float().eval()
     decisive_init(model, seed, 4.0)
+    if post_init:
+        post_init(model, seed)
     sd = model.state_dict()
     out_dir = os.path.join(ROOT, f"gguf_{name}")
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -538,6 +609,17 @@ def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, e
         w.add_expert_count(n_experts)
         w.add_expert_used_count(top_k)
         w.add_expert_feed_forward_length(expert_inter)
+    if arch == "qwen3next":
+        # Qwen2MoeModel's and Qwen3NextModel.set_gguf_parameters' keys.
+        w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
+        w.add_ssm_conv_kernel(cfg.linear_conv_kernel_dim)
+        w.add_ssm_state_size(cfg.linear_key_head_dim)
+        w.add_ssm_group_count(cfg.linear_num_key_heads)
+        w.add_ssm_time_step_rank(cfg.linear_num_value_heads)
+        w.add_ssm_inner_size(cfg.linear_value_head_dim * cfg.linear_num_value_heads)
+        w.add_array("qwen3next.attention.recurrent_layers", [t == "linear_attention" for t in cfg.layer_types])
+        w.add_full_attention_interval(kw.get("full_attention_interval", 4))
+        w.add_rope_dimension_count(int(hd * cfg.rope_parameters.get("partial_rotary_factor", 0.25)))
     if arch == "gpt-oss":
         # conversion/gpt_oss.py and TextModel.set_gguf_parameters' YaRN keys.
         r = cfg.rope_parameters
@@ -552,13 +634,16 @@ def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, e
     back = {}  # GGUF name -> (HF name, Q/K heads to put back)
     w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"].numpy())
     back["token_embd.weight"] = ("model.embed_tokens.weight", None)
-    w.add_tensor("output_norm.weight", sd["model.norm.weight"].numpy())
-    back["output_norm.weight"] = ("model.norm.weight", None)
+    if arch != "qwen3next":
+        w.add_tensor("output_norm.weight", sd["model.norm.weight"].numpy())
+        back["output_norm.weight"] = ("model.norm.weight", None)
     w.add_tensor("output.weight", sd["lm_head.weight"].numpy())
     back["output.weight"] = ("lm_head.weight", None)
     if arch == "gpt-oss":
         gpt_oss_f32(w, cfg, sd, back)
-    for L in range(cfg.num_hidden_layers if arch != "gpt-oss" else 0):
+    if arch == "qwen3next":
+        qwen3next_f32(w, cfg, sd, back)
+    for L in range(cfg.num_hidden_layers if arch not in ("gpt-oss", "qwen3next") else 0):
         p = f"model.layers.{L}."
         for tail, gtail in LAYER_NAMES.items():
             if p + tail not in sd:
@@ -599,16 +684,22 @@ def build_quantized(name, model_type, arch, seed, ftype, n_experts=0, top_k=0, e
         values = quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
         if heads:
             values = gguf_to_hf_rows(values, heads)
-        if isinstance(hf, tuple):
+        if isinstance(hf, tuple) and hf[0] == "=":
+            assert t.tensor_type == T.F32, f"{t.name} was quantized"
+            new_sd[hf[1]] = sd[hf[1]].clone()
+        elif isinstance(hf, tuple):
             new_sd.setdefault(("experts", hf[0]), {})[hf[1]] = values
         else:
-            new_sd[hf] = torch.from_numpy(np.ascontiguousarray(values))
+            new_sd[hf] = torch.from_numpy(np.ascontiguousarray(values).reshape(sd[hf].shape))
         types[t.name] = t.tensor_type
     for key in [k for k in new_sd if isinstance(k, tuple)]:
         v = new_sd.pop(key)
         if arch == "gpt-oss":
             new_sd.update(gpt_oss_experts(key[1], v))
             continue
+        if "attn_qkv" in v:
+            new_sd[key[1] + "linear_attn.in_proj_qkvz.weight"] = torch.from_numpy(
+                qwen3next_qkvz(cfg, v.pop("attn_qkv"), v.pop("attn_gate")))
         new_sd[key[1] + "mlp.experts.gate_up_proj"] = torch.from_numpy(
             np.concatenate([v["ffn_gate_exps"], v["ffn_up_exps"]], axis=1))
         new_sd[key[1] + "mlp.experts.down_proj"] = torch.from_numpy(np.ascontiguousarray(v["ffn_down_exps"]))
@@ -665,6 +756,16 @@ def main():
                     eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
                     rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
                                      "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 64})
+    # Qwen3-Next in llama.cpp's Q4_K_M recipe: a linear and a full attention layer (the
+    # converter's `1 + w` norms, `-exp(A_log)`, flat q|k|v and z), a gated shared expert.
+    build_quantized("qwen3_next_llamacpp_q4_k_m", "qwen3_next", "qwen3next", 44, "Q4_K_M", n_experts=4, top_k=2,
+                    expert_inter=32, post_init=mild_decay, vocab_size=256, hidden_size=256, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=64, partial_rotary_factor=0.25,
+                    linear_key_head_dim=32, linear_value_head_dim=32, linear_num_key_heads=2,
+                    linear_num_value_heads=4, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                    intermediate_size=32, num_experts=4, num_experts_per_tok=2, full_attention_interval=2,
+                    max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                    tie_word_embeddings=False)
     # Mixtral is `llama` with experts in GGUF (Q/K rows permuted like Llama's).
     build("mixtral_q4_k_m", "mixtral", "llama", 35, dict(embd=T.Q8_0, output=T.Q6_K, q=T.Q4_K, k=T.Q4_K,
           v=T.Q6_K, o=T.Q4_K, exp_gate=T.Q4_0, exp_up=T.Q8_0, exp_down=T.Q4_1), n_experts=4, top_k=2,

@@ -438,11 +438,24 @@ impl ModelDir {
         })
     }
 
-    /// Looks a tensor up and checks its shape.
+    /// Looks a tensor up and checks its shape (see [`ModelDir::unit_dims`]).
     pub fn tensor_shaped(&self, name: &str, shape: &[usize]) -> Result<TensorView> {
-        let t = self.tensor(name)?;
+        let mut t = self.tensor(name)?;
+        self.unit_dims(&mut t, shape);
         t.expect_shape(shape)?;
         Ok(t)
+    }
+
+    /// ggml drops a tensor's outer dims of size 1 (llama.cpp's quantizer writes
+    /// `ggml_n_dims`): a GGUF tensor wanted as `[1, .., n]` that holds the same shape
+    /// without those leading ones (Qwen's `shared_expert_gate`, `[1, hidden]`) is given
+    /// them back. Safetensors shapes are left as they are.
+    pub fn unit_dims(&self, t: &mut TensorView, shape: &[usize]) {
+        let lead = shape.iter().take_while(|&&d| d == 1).count();
+        let from_gguf = !self.index.contains_key(&t.name);
+        if from_gguf && lead > 0 && t.shape.as_slice() == &shape[lead..] {
+            t.shape = shape.to_vec();
+        }
     }
 
     /// Every tensor name, sorted.

@@ -78,7 +78,10 @@ impl Linear {
             name: name.to_string(),
             msg: format!("a weight matrix cannot be {dtype}"),
         })?;
-        view.expect_shape(&[rows, fmt.row_bytes(cols) / fmt.size()])?;
+        let mut view = view;
+        let shape = [rows, fmt.row_bytes(cols) / fmt.size()];
+        dir.unit_dims(&mut view, &shape);
+        view.expect_shape(&shape)?;
         let (scale_name, block) = match dtype {
             DType::F8E4M3 => {
                 let b = dir.config.fp8_block_size()?.ok_or_else(|| {

@@ -62,6 +62,7 @@ pub const TINY_FIXTURES: &[&str] = &[
     "gguf_qwen3_moe_llamacpp_q2_k",
     "gguf_qwen3_moe_llamacpp_iq2_xxs",
     "gguf_gpt_oss_llamacpp_mxfp4",
+    "gguf_qwen3_next_llamacpp_q4_k_m",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.

@@ -15,7 +15,7 @@ use coli_kernels::deltanet::{
 };
 use rayon::prelude::*;
 
-use super::scratch::grow;
+use super::scratch::{grow, DeltaScratch};
 use super::{KvCache, Scratch, Step};
 use crate::error::{ModelError, Result};
 use crate::weights::{load_vector, load_view, Linear};
@@ -44,6 +44,17 @@ pub enum DeltaInput {
         b: Linear,
         /// `[value heads, hidden]`.
         a: Linear,
+    },
+    /// Qwen3-Next as llama.cpp's converter writes it: `in_proj_qkvz` taken apart into a
+    /// flat `[q | k | v]` (`attn_qkv`) and z (`attn_gate`), the heads in the grouped
+    /// layout's order; `in_proj_ba` left grouped (`ssm_ba`).
+    SplitGroupedBa {
+        /// `[2 key_dim + value_dim, hidden]`.
+        qkv: Linear,
+        /// `[value_dim, hidden]`.
+        z: Linear,
+        /// `[2 value heads, hidden]`, grouped as [`DeltaInput::Grouped`]'s.
+        ba: Linear,
     },
 }
 
@@ -114,7 +125,13 @@ impl GatedDeltaNet {
         let w = |name: &str, rows: usize| {
             Linear::load(dir, &format!("{prefix}.{name}.weight"), rows, hidden)
         };
-        let input = if split {
+        let input = if !split && dir.has(&format!("{prefix}.in_proj_qkv.weight")) {
+            DeltaInput::SplitGroupedBa {
+                qkv: w("in_proj_qkv", 2 * kd + vd)?,
+                z: w("in_proj_z", vd)?,
+                ba: w("in_proj_ba", 2 * d.value_heads)?,
+            }
+        } else if split {
             DeltaInput::Split {
                 qkv: w("in_proj_qkv", 2 * kd + vd)?,
                 z: w("in_proj_z", vd)?,
@@ -128,17 +145,29 @@ impl GatedDeltaNet {
             }
         };
         let channels = d.conv_channels();
-        let conv = load_view(
-            dir,
-            &format!("{prefix}.conv1d.weight"),
-            &[channels, 1, d.conv_kernel],
-        )?
-        .to_f32_vec()?;
-        let a_log = load_vector(dir, &format!("{prefix}.A_log"), d.value_heads)?;
-        let neg_a: Vec<f32> = a_log.iter().map(|&a| -a.exp()).collect();
+        let conv_name = format!("{prefix}.conv1d.weight");
+        // `[channels, 1, kernel]` as transformers keeps it; `[channels, kernel]` as
+        // llama.cpp's converter squeezes it (the same values in the same order).
+        let squeezed = dir.has(&conv_name) && dir.tensor(&conv_name)?.shape.len() == 2;
+        let conv_shape: &[usize] = if squeezed {
+            &[channels, d.conv_kernel]
+        } else {
+            &[channels, 1, d.conv_kernel]
+        };
+        let conv = load_view(dir, &conv_name, conv_shape)?.to_f32_vec()?;
+        // `-exp(A_log)`; a GGUF stores that value itself (`ssm_a`, here `neg_A`).
+        let neg_a_name = format!("{prefix}.neg_A");
+        let (a_name, neg_a) = if dir.has(&neg_a_name) {
+            let v = load_vector(dir, &neg_a_name, d.value_heads)?;
+            (neg_a_name, v)
+        } else {
+            let a_name = format!("{prefix}.A_log");
+            let a_log = load_vector(dir, &a_name, d.value_heads)?;
+            (a_name, a_log.iter().map(|&a| -a.exp()).collect())
+        };
         if let Some(bad) = neg_a.iter().find(|v| !v.is_finite()) {
             return Err(ModelError::BadTensor {
-                name: format!("{prefix}.A_log"),
+                name: a_name,
                 msg: format!("-exp(A_log) = {bad} is not finite"),
             });
         }
@@ -236,15 +265,11 @@ impl GatedDeltaNet {
                         z[g * r * dv..(g + 1) * r * dv].copy_from_slice(&p[2 * dk + r * dv..]);
                     }
                 }
-                ba.forward(x, n, &mut t.packed[..n * 2 * nv]);
-                for row in 0..n {
-                    let src = &t.packed[row * 2 * nv..(row + 1) * 2 * nv];
-                    for g in 0..d.key_heads {
-                        let p = &src[g * 2 * r..(g + 1) * 2 * r];
-                        t.b[row * nv + g * r..row * nv + (g + 1) * r].copy_from_slice(&p[..r]);
-                        t.a[row * nv + g * r..row * nv + (g + 1) * r].copy_from_slice(&p[r..]);
-                    }
-                }
+                grouped_ba(ba, d, x, n, t);
+            }
+            DeltaInput::SplitGroupedBa { qkv, z, ba } => {
+                Linear::forward_group([qkv, z], x, n, [&mut t.mixed[..n * ch], &mut t.z[..n * vd]]);
+                grouped_ba(ba, d, x, n, t);
             }
         }
     }
@@ -346,3 +371,18 @@ impl GatedDeltaNet {
 
 /// Largest value head dimension (the delta step's stack buffer); checked at load.
 pub const MAX_VALUE_DIM: usize = 1024;
+
+/// `in_proj_ba` grouped per key head (`[b (r) | a (r)]` each) into b and a, value heads
+/// in order.
+fn grouped_ba(ba: &Linear, d: &DeltaDims, x: &[f32], n: usize, t: &mut DeltaScratch) {
+    let (nv, r) = (d.value_heads, d.ratio());
+    ba.forward(x, n, &mut t.packed[..n * 2 * nv]);
+    for row in 0..n {
+        let src = &t.packed[row * 2 * nv..(row + 1) * 2 * nv];
+        for g in 0..d.key_heads {
+            let p = &src[g * 2 * r..(g + 1) * 2 * r];
+            t.b[row * nv + g * r..row * nv + (g + 1) * r].copy_from_slice(&p[..r]);
+            t.a[row * nv + g * r..row * nv + (g + 1) * r].copy_from_slice(&p[r..]);
+        }
+    }
+}

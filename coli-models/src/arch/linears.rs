@@ -43,6 +43,9 @@ impl Transformer {
                         DeltaInput::Split { qkv, z, b, a } => {
                             v.extend([qkv, z, b, a].map(|x| (Dense, x)))
                         }
+                        DeltaInput::SplitGroupedBa { qkv, z, ba } => {
+                            v.extend([qkv, z, ba].map(|x| (Dense, x)))
+                        }
                     }
                     v.push((Dense, &mut d.out_proj));
                 }

@@ -76,6 +76,11 @@ pub struct Qwen3NextConfig {
     /// Biases on q/k/v/o.
     #[serde(default)]
     pub attention_bias: bool,
+    /// The zero-centred norms are stored as `1 + w` already: llama.cpp's converter adds
+    /// the one (in f32, as transformers does). Not a transformers key: coli's GGUF reader
+    /// writes it into the config it derives from a `qwen3next` GGUF.
+    #[serde(default)]
+    pub norms_stored_one_plus: bool,
 }
 
 fn default_key_heads() -> usize {
@@ -179,6 +184,8 @@ pub(crate) fn load_hybrid(dir: &ModelDir, variant: Variant) -> Result<Transforme
     }
     let (info, h) = (sk.info.clone(), cfg.common.hidden_size);
     let rot = rotary_dims(dir, &cfg, info.head_dim)?;
+    let stored = cfg.norms_stored_one_plus;
+    let one_plus = |w: Vec<f32>| if stored { w } else { one_plus(w) };
     let zero_centred =
         |name: &str, len: usize| -> Result<Vec<f32>> { Ok(one_plus(load_vector(dir, name, len)?)) };
     let norm_topk_prob = variant == Variant::Qwen35 || cfg.norm_topk_prob;
