@@ -229,9 +229,16 @@ fn bench_ggml(c: &mut Criterion) {
         let x = vec![0.5f32; cols];
         let mut out = vec![0.0; rows];
         g.throughput(Throughput::Bytes(w.len() as u64));
-        g.bench_function(format!("{}/{isa:?}/fused", ty.name()), |b| {
-            pool.install(|| b.iter(|| matmul_isa(isa, &m, &x, 1, &mut out)))
-        });
+        // On AVX-512 the AVX2 kernel too: the types without an AVX-512 decoder take it.
+        let mut isas = vec![isa];
+        if isa == cpu::Isa::Avx512 {
+            isas.push(cpu::Isa::Avx2);
+        }
+        for isa in isas {
+            g.bench_function(format!("{}/{isa:?}/fused", ty.name()), |b| {
+                pool.install(|| b.iter(|| matmul_isa(isa, &m, &x, 1, &mut out)))
+            });
+        }
         let mut buf = vec![0.0f32; 4 * cols];
         let rb = ty.row_bytes(cols);
         g.bench_function(format!("{}/{isa:?}/dequant-then-dot", ty.name()), |b| {

@@ -13,9 +13,10 @@
 //! Every block type is fused: the legacy types (Q4_0..Q8_0), the K-quants (Q2_K..Q6_K),
 //! the non-linear IQ4_NL/IQ4_XS and MXFP4 (a byte shuffle as the table lookup), and the
 //! grid types IQ1_S..IQ3_S (each 4- or 8-value grid entry loaded from its table and
-//! widened in a register, the signs a ±1.0 vector from their bits). The AVX2 kernel serves
-//! AVX-512 machines too; the scalar ISA takes the dequantizing path, which is the
-//! reference.
+//! widened in a register, the signs a ±1.0 vector from their bits). On AVX-512 machines
+//! Q8_0, Q4_0 and Q4_K (the bulk of Q4_K_M and Q8_0 files) decode 16 elements into
+//! one register (`ggml_dot/x86_512.rs`), the other types take the AVX2 kernel; the scalar
+//! ISA takes the dequantizing path, which is the reference.
 
 use coli_core::gguf::GgmlType;
 
@@ -52,6 +53,12 @@ pub fn dot_tokens<const T: usize>(
     }
     match isa {
         #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if crate::cpu::supports(Isa::Avx512) && x86_512::has(ty) => {
+            // SAFETY: AVX-512 F/BW and AVX2+FMA+F16C are present (checked); the row holds
+            // k / bs whole blocks and every x has k elements (checked above).
+            Some(unsafe { x86_512::dot_avx512(ty, row, xs) })
+        }
+        #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512 if crate::cpu::supports(Isa::Avx2) => {
             // SAFETY: AVX2+FMA+F16C are present (checked); the row holds k / bs whole blocks
             // and every x has k elements (checked above).
@@ -83,6 +90,13 @@ pub fn dequant_row(isa: Isa, ty: GgmlType, row: &[u8], out: &mut [f32]) -> bool 
     }
     match isa {
         #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if crate::cpu::supports(Isa::Avx512) && x86_512::has(ty) => {
+            // SAFETY: AVX-512 F/BW and AVX2+FMA+F16C are present (checked); `out` holds the
+            // row's elements.
+            unsafe { x86_512::dequant_avx512(ty, row, out) };
+            true
+        }
+        #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512 if crate::cpu::supports(Isa::Avx2) => {
             // SAFETY: AVX2+FMA+F16C are present (checked); `out` holds the row's elements.
             unsafe { x86::dequant_avx2(ty, row, out) };
@@ -94,6 +108,8 @@ pub fn dequant_row(isa: Isa, ty: GgmlType, row: &[u8], out: &mut [f32]) -> bool 
 
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_512;
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,7 @@ use coli_core::gguf::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, 
 use std::arch::x86_64::*;
 
 #[inline(always)]
-fn f16_at(b: *const u8, i: usize) -> f32 {
+pub(super) fn f16_at(b: *const u8, i: usize) -> f32 {
     // SAFETY: the caller's block holds bytes i and i + 1.
     let bits = unsafe { u16::from_le_bytes([*b.add(i), *b.add(i + 1)]) };
     half::f16::from_bits(bits).to_f32()
@@ -50,7 +50,7 @@ unsafe fn i8x16_to_i32(v: __m128i) -> (__m256i, __m256i) {
 
 /// The 16 low (`hi == false`) or high nibbles of 16 bytes at `p`.
 #[inline(always)]
-unsafe fn nibbles(p: *const u8, hi: bool) -> __m128i {
+pub(super) unsafe fn nibbles(p: *const u8, hi: bool) -> __m128i {
     let v = _mm_loadu_si128(p.cast());
     let v = if hi { _mm_srli_epi16(v, 4) } else { v };
     _mm_and_si128(v, _mm_set1_epi8(0x0f))
