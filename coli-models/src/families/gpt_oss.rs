@@ -239,31 +239,16 @@ fn load_expert(
             act,
         }));
     }
-    if !dir.has(&format!("{gate_up}_blocks")) && dir.has(&gate_up) {
-        // Unquantized, as transformers saves it (BF16 re-uploads): [E, in, out] per layer.
-        return Ok(Expert::Glu(GluExpert {
-            input: GluInput::Interleaved(Linear::load_transposed_expert(
-                dir,
-                &gate_up,
-                e,
-                n_experts,
-                2 * inter,
-                hidden,
-            )?),
-            down: Linear::load_transposed_expert(dir, &down, e, n_experts, hidden, inter)?,
-            act,
-        }));
-    }
+    // Unquantized, as transformers saves it (BF16 re-uploads): [E, in, out] per layer;
+    // else the release's MXFP4 blocks and scales.
+    let load = if !dir.has(&format!("{gate_up}_blocks")) && dir.has(&gate_up) {
+        Linear::load_transposed_expert
+    } else {
+        Linear::load_mxfp4_expert
+    };
     Ok(Expert::Glu(GluExpert {
-        input: GluInput::Interleaved(Linear::load_mxfp4_expert(
-            dir,
-            &gate_up,
-            e,
-            n_experts,
-            2 * inter,
-            hidden,
-        )?),
-        down: Linear::load_mxfp4_expert(dir, &down, e, n_experts, hidden, inter)?,
+        input: GluInput::Interleaved(load(dir, &gate_up, e, n_experts, 2 * inter, hidden)?),
+        down: load(dir, &down, e, n_experts, hidden, inter)?,
         act,
     }))
 }
