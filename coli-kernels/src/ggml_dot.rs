@@ -68,6 +68,52 @@ pub fn dot_tokens<const T: usize>(
     }
 }
 
+/// `rows[r] · x` for `R` rows of `ty` and one token, on `isa`: each result equals
+/// [`dot_tokens`]'s for that row bit for bit (the rows' blocks are decoded in turn, `R`
+/// independent accumulator chains, each in the single row's order; one row's chain is
+/// bound by the multiply-add latency). `next`, the bytes the caller reads after these
+/// rows, is prefetched into cache meanwhile (a hint: rows are short streams the hardware
+/// prefetcher picks up late; it never changes a result). `None` when `ty` or `isa` has
+/// no fused kernel.
+///
+/// # Panics
+/// If a row is not whole blocks of `ty` for `x`'s length.
+pub fn dot_rows<const R: usize>(
+    isa: Isa,
+    ty: GgmlType,
+    rows: [&[u8]; R],
+    x: &[f32],
+    next: &[u8],
+) -> Option<[f32; R]> {
+    let k = x.len();
+    for row in rows {
+        assert_eq!(
+            row.len(),
+            ty.row_bytes(k),
+            "ggml dot: row bytes do not match"
+        );
+    }
+    assert!(k.is_multiple_of(ty.block().0), "ggml dot: not whole blocks");
+    if !fused(ty) {
+        return None;
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if crate::cpu::supports(Isa::Avx512) && x86_512::has(ty) => {
+            // SAFETY: AVX-512 F/BW and AVX2+FMA+F16C are present (checked); every row holds
+            // k / bs whole blocks for x's k elements (checked above).
+            Some(unsafe { x86_512::dot_rows_avx512(ty, rows, x, next) })
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 if crate::cpu::supports(Isa::Avx2) => {
+            // SAFETY: AVX2+FMA+F16C are present (checked); every row holds k / bs whole
+            // blocks for x's k elements (checked above).
+            Some(unsafe { x86::dot_rows_avx2(ty, rows, x, next) })
+        }
+        _ => None,
+    }
+}
+
 /// `row`'s values (whole blocks of `ty`) into `out`, decoded as [`dot_tokens`] decodes
 /// them: the values [`coli_core::gguf::dequantize`] gives, bit for bit. `false` (nothing
 /// written) when `ty` or `isa` has no such kernel.
@@ -103,6 +149,20 @@ pub fn dequant_row(isa: Isa, ty: GgmlType, row: &[u8], out: &mut [f32]) -> bool 
             true
         }
         _ => false,
+    }
+}
+
+/// Prefetches the cache lines of `next[start..start + len]` (clipped to `next`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch(next: &[u8], start: usize, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let end = (start + len).min(next.len());
+    let mut off = start;
+    while off < end {
+        // SAFETY: off < next.len(); a prefetch never faults and changes no value.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(next.as_ptr().add(off).cast()) };
+        off += 64;
     }
 }
 
@@ -202,6 +262,15 @@ mod tests {
                 }
                 if let Some(got) = dot_tokens(isa, ty, &row, [x0, x1, x2]) {
                     prop_assert_eq!(got.map(f32::to_bits), want, "{:?} {:?}", ty, isa);
+                }
+            }
+            // Four rows at once: each row's chain, the same bits.
+            let rows: Vec<Vec<u8>> = (0..4).map(|r| if r == 0 { row.clone() } else { rows_of(ty, blocks, seed ^ r) }).collect();
+            let want4: Vec<u32> = rows.iter().map(|r| crate::dot::dot_scalar(crate::dot::WFormat::Ggml(ty), r, x1).to_bits()).collect();
+            for isa in cpu::available() {
+                let four = [&rows[0][..], &rows[1], &rows[2], &rows[3]];
+                if let Some(got) = dot_rows(isa, ty, four, x1, &rows[1]) {
+                    prop_assert_eq!(got.map(f32::to_bits).to_vec(), want4.clone(), "{:?} {:?}", ty, isa);
                 }
             }
             let mut want_values = vec![0.0f32; k];

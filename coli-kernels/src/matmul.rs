@@ -328,6 +328,24 @@ fn ggml_fused_rows<const T: usize>(
 ) -> bool {
     let k = m.cols;
     let x: [&[f32]; T] = std::array::from_fn(|t| &xs[t * k..(t + 1) * k]);
+    let mut r0 = r0;
+    if T == 1 {
+        // One token: four rows at a time (four accumulator chains, the same bits each).
+        while r0 + 4 <= r1 {
+            let rows = std::array::from_fn(|j| m.row(r0 + j));
+            // The next four rows, prefetched while these are computed.
+            let w = ty.row_bytes(k);
+            let next = &m.bytes[((r0 + 4) * w).min(r1 * w)..((r0 + 8) * w).min(r1 * w)];
+            let Some(got) = crate::ggml_dot::dot_rows::<4>(isa, ty, rows, x[0], next) else {
+                return false;
+            };
+            for (j, v) in got.into_iter().enumerate() {
+                // SAFETY: r0 + j < r1 <= m.rows: inside `out`; the task owns rows r0..r1.
+                unsafe { *out.0.add(r0 + j) = v };
+            }
+            r0 += 4;
+        }
+    }
     for r in r0..r1 {
         let Some(got) = crate::ggml_dot::dot_tokens(isa, ty, m.row(r), x) else {
             // The same type and ISA for every row: only the first can fail, nothing written.
