@@ -14,9 +14,10 @@
 //! the non-linear IQ4_NL/IQ4_XS and MXFP4 (a byte shuffle as the table lookup), and the
 //! grid types IQ1_S..IQ3_S (each 4- or 8-value grid entry loaded from its table and
 //! widened in a register, the signs a ±1.0 vector from their bits). On AVX-512 machines
-//! Q8_0, Q4_0 and Q4_K (the bulk of Q4_K_M and Q8_0 files) decode 16 elements into
+//! Q8_0, Q4_0, Q4_K and Q6_K (the bulk of Q4_K_M and Q8_0 files) decode 16 elements into
 //! one register (`ggml_dot/x86_512.rs`), the other types take the AVX2 kernel; the scalar
-//! ISA takes the dequantizing path, which is the reference.
+//! ISA takes the dequantizing path, which is the reference. For one token, [`dot_rows`]
+//! takes four rows at once (four independent chains, each row's order unchanged).
 
 use coli_core::gguf::GgmlType;
 
