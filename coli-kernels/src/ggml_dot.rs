@@ -49,24 +49,40 @@ pub fn dot_tokens<const T: usize>(
         "ggml dot: row bytes do not match"
     );
     assert!(k.is_multiple_of(ty.block().0), "ggml dot: not whole blocks");
+    match kernel(isa, ty)? {
+        // SAFETY: the kernel's ISA is present (`kernel` checked); the row holds k / bs
+        // whole blocks and every x has k elements (checked above).
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => Some(unsafe { x86_512::dot_avx512(ty, row, xs) }),
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => Some(unsafe { x86::dot_avx2(ty, row, xs) }),
+    }
+}
+
+/// Which decoder runs `ty` on `isa`: AVX-512 where it has one and the CPU has AVX-512,
+/// else AVX2 where the CPU has it; `None` for unfused types and the scalar ISA.
+fn kernel(isa: Isa, ty: GgmlType) -> Option<Kernel> {
     if !fused(ty) {
         return None;
     }
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 if crate::cpu::supports(Isa::Avx512) && x86_512::has(ty) => {
-            // SAFETY: AVX-512 F/BW and AVX2+FMA+F16C are present (checked); the row holds
-            // k / bs whole blocks and every x has k elements (checked above).
-            Some(unsafe { x86_512::dot_avx512(ty, row, xs) })
+            Some(Kernel::Avx512)
         }
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 if crate::cpu::supports(Isa::Avx2) => {
-            // SAFETY: AVX2+FMA+F16C are present (checked); the row holds k / bs whole blocks
-            // and every x has k elements (checked above).
-            Some(unsafe { x86::dot_avx2(ty, row, xs) })
-        }
+        Isa::Avx2 | Isa::Avx512 if crate::cpu::supports(Isa::Avx2) => Some(Kernel::Avx2),
         _ => None,
     }
+}
+
+/// A decoder [`kernel`] picked (its ISA present).
+enum Kernel {
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
 }
 
 /// `rows[r] · x` for `R` rows of `ty` and one token, on `isa`: each result equals
@@ -95,23 +111,14 @@ pub fn dot_rows<const R: usize>(
         );
     }
     assert!(k.is_multiple_of(ty.block().0), "ggml dot: not whole blocks");
-    if !fused(ty) {
-        return None;
-    }
-    match isa {
+    match kernel(isa, ty)? {
+        // SAFETY: the kernel's ISA is present (`kernel` checked); every row holds k / bs
+        // whole blocks for x's k elements (checked above).
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if crate::cpu::supports(Isa::Avx512) && x86_512::has(ty) => {
-            // SAFETY: AVX-512 F/BW and AVX2+FMA+F16C are present (checked); every row holds
-            // k / bs whole blocks for x's k elements (checked above).
-            Some(unsafe { x86_512::dot_rows_avx512(ty, rows, x, next) })
-        }
+        Kernel::Avx512 => Some(unsafe { x86_512::dot_rows_avx512(ty, rows, x, next) }),
+        // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 if crate::cpu::supports(Isa::Avx2) => {
-            // SAFETY: AVX2+FMA+F16C are present (checked); every row holds k / bs whole
-            // blocks for x's k elements (checked above).
-            Some(unsafe { x86::dot_rows_avx2(ty, rows, x, next) })
-        }
-        _ => None,
+        Kernel::Avx2 => Some(unsafe { x86::dot_rows_avx2(ty, rows, x, next) }),
     }
 }
 
@@ -132,25 +139,19 @@ pub fn dequant_row(isa: Isa, ty: GgmlType, row: &[u8], out: &mut [f32]) -> bool 
         row.len().is_multiple_of(bb),
         "ggml dequant: not whole blocks"
     );
-    if !fused(ty) {
+    let Some(kernel) = kernel(isa, ty) else {
         return false;
-    }
-    match isa {
+    };
+    match kernel {
+        // SAFETY: the kernel's ISA is present (`kernel` checked); `out` holds the row's
+        // elements.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if crate::cpu::supports(Isa::Avx512) && x86_512::has(ty) => {
-            // SAFETY: AVX-512 F/BW and AVX2+FMA+F16C are present (checked); `out` holds the
-            // row's elements.
-            unsafe { x86_512::dequant_avx512(ty, row, out) };
-            true
-        }
+        Kernel::Avx512 => unsafe { x86_512::dequant_avx512(ty, row, out) },
+        // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 if crate::cpu::supports(Isa::Avx2) => {
-            // SAFETY: AVX2+FMA+F16C are present (checked); `out` holds the row's elements.
-            unsafe { x86::dequant_avx2(ty, row, out) };
-            true
-        }
-        _ => false,
+        Kernel::Avx2 => unsafe { x86::dequant_avx2(ty, row, out) },
     }
+    true
 }
 
 /// Prefetches the cache lines of `next[start..start + len]` (clipped to `next`).
