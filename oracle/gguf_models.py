@@ -202,13 +202,14 @@ def build(name, model_type, arch, seed, types, n_experts=0, top_k=0, expert_inte
     finish(name, out_dir, w, model, cfg, seed, gaps, types)
 
 
-def finish(name, out_dir, w, model, cfg, seed, gaps, types):
-    """Writes the GGUF, then transformers' reference on its dequantized weights (refused
-    when a routing decision sits on a tie)."""
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+def finish(name, out_dir, w, model, cfg, seed, gaps, types, quantizer=None):
+    """Writes the GGUF (`w`; None: written already, by `quantizer`), then transformers'
+    reference on its dequantized weights (refused when a routing decision sits on a tie)."""
+    if w is not None:
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
     ref, logits = reference(model, cfg.vocab_size, seed)
     if gaps and min(gaps) < 1e-5:
         sys.exit(f"{name}: a routing decision is within {min(gaps):.1e} of a tie; change the seed")
@@ -216,7 +217,9 @@ def finish(name, out_dir, w, model, cfg, seed, gaps, types):
     ref["name"] = f"gguf_{name}"
     ref["transformers"] = transformers.__version__
     ref["torch"] = torch.__version__
-    ref["gguf_types"] = {k: v.name for k, v in types.items()}
+    ref["gguf_types"] = {k: T(v).name for k, v in types.items()}
+    if quantizer:
+        ref["quantizer"] = quantizer
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         json.dump(ref, f)
     size = sum(os.path.getsize(os.path.join(out_dir, x)) for x in os.listdir(out_dir))
@@ -275,13 +278,21 @@ MINIMAX_NAMES = {
 }
 
 
-def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3", arch="deepseek2", **kw):
+def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3", arch="deepseek2", ftype=None,
+                   **kw):
     """DeepSeek-V3 as llama.cpp's converter writes it (`deepseek2`): `kv_b_proj` split into
     `attn_k_b` (each head's key rows transposed) and `attn_v_b`, or (`split_kv_b=False`, as
     files before the split) kept as `attn_kv_b`; experts stacked; the selection bias as
-    `exp_probs_b.bias`; no Q/K permutation."""
+    `exp_probs_b.bias`; no Q/K permutation. Also `glm4moe` and `minimax-m2`.
+
+    `types`: each tensor's type, blocks drawn here (`blocks_for`). Or `ftype`: a recipe of
+    llama.cpp's own quantizer (`types` unused): the model is written as F32, quantized by
+    `llama-quantize` (see `quantize()`), and the reference is transformers on the values
+    the quantizer wrote, as gguf-py dequantizes them."""
     if ONLY and name not in ONLY:
         return
+    import tempfile
+    from gguf import GGUFReader
     from gguf import ExpertGatingFuncType
     cfg = AutoConfig.for_model(model_type, **kw)
     minimax = arch == "minimax-m2"
@@ -294,7 +305,8 @@ def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3",
     out_dir = os.path.join(ROOT, f"gguf_{name}")
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
-    w = GGUFWriter(os.path.join(out_dir, "model.gguf"), arch)
+    tmp = tempfile.mkdtemp() if ftype else None
+    w = GGUFWriter(os.path.join(tmp or out_dir, "f32.gguf" if ftype else "model.gguf"), arch)
     nh = cfg.num_attention_heads
     w.add_block_count(cfg.num_hidden_layers)
     w.add_context_length(cfg.max_position_embeddings)
@@ -347,11 +359,16 @@ def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3",
         w.add_expert_group_used_count(cfg.topk_group)
     w.add_bos_token_id(cfg.bos_token_id)
     w.add_eos_token_id(cfg.eos_token_id)
-    new_sd = {}
+    quantized = {}  # with `ftype`: each tensor's values in the quantizer's file
 
     def quant(gguf_name, ty, t):
-        """Writes `t` ([.., rows, cols]) as `ty` blocks; returns the dequantized values."""
+        """Writes `t` ([.., rows, cols]) as `ty` blocks; returns the dequantized values.
+        The second pass of `ftype`: the quantized file's values."""
         shape = tuple(t.shape)
+        if quantized:
+            return quantized[gguf_name].reshape(shape)
+        if ftype:
+            ty = T.F32
         if ty == T.F32:
             data = t.numpy().astype(np.float32)
             w.add_tensor(gguf_name, data)
@@ -361,41 +378,67 @@ def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3",
         w.add_tensor(gguf_name, raw, raw_dtype=ty)
         return dequant(raw, ty, shape)
 
-    new_sd["model.embed_tokens.weight"] = torch.from_numpy(quant("token_embd.weight", types["embd"],
-                                                                 sd["model.embed_tokens.weight"]))
-    new_sd["model.norm.weight"] = torch.from_numpy(quant("output_norm.weight", T.F32, sd["model.norm.weight"]))
-    new_sd["lm_head.weight"] = torch.from_numpy(quant("output.weight", types["output"], sd["lm_head.weight"]))
-    for L in range(cfg.num_hidden_layers):
-        p = f"model.layers.{L}."
-        for tail, gtail in (MINIMAX_NAMES if minimax else GLM_NAMES if glm else DEEPSEEK_NAMES).items():
-            if p + tail not in sd:
-                continue
-            t = sd[p + tail]
-            ty = T.F32 if t.dim() == 1 or tail == "mlp.gate.weight" else types[tail.split(".")[-2]]
-            new_sd[p + tail] = torch.from_numpy(quant(f"blk.{L}.{gtail}", ty, t))
-        if glm:
-            pass
-        elif split_kv_b:
-            kv_b = sd[p + "self_attn.kv_b_proj.weight"]
-            per_head = kv_b.view(nh, nope + v, r)
-            k_b = per_head[:, :nope].transpose(1, 2).contiguous()  # [nh, r, nope]
-            v_b = per_head[:, nope:].contiguous()  # [nh, v, r]
-            kv = quant(f"blk.{L}.attn_k_b.weight", types["k_b"], k_b)
-            vv = quant(f"blk.{L}.attn_v_b.weight", types["v_b"], v_b)
-            full = np.concatenate([kv.transpose(0, 2, 1), vv], axis=1).reshape(nh * (nope + v), r)
-            new_sd[p + "self_attn.kv_b_proj.weight"] = torch.from_numpy(np.ascontiguousarray(full))
-        else:
-            full = quant(f"blk.{L}.attn_kv_b.weight", types["kv_b_proj"], sd[p + "self_attn.kv_b_proj.weight"])
-            new_sd[p + "self_attn.kv_b_proj.weight"] = torch.from_numpy(np.ascontiguousarray(full))
-        if p + "mlp.experts.gate_up_proj" in sd:
-            gu = sd[p + "mlp.experts.gate_up_proj"]
-            down = sd[p + "mlp.experts.down_proj"]
-            inter = down.shape[-1]
-            g = quant(f"blk.{L}.ffn_gate_exps.weight", types["exp_gate"], gu[:, :inter])
-            u = quant(f"blk.{L}.ffn_up_exps.weight", types["exp_up"], gu[:, inter:])
-            d = quant(f"blk.{L}.ffn_down_exps.weight", types["exp_down"], down)
-            new_sd[p + "mlp.experts.gate_up_proj"] = torch.from_numpy(np.concatenate([g, u], axis=1))
-            new_sd[p + "mlp.experts.down_proj"] = torch.from_numpy(d)
+    def kind(key):
+        """The recipe's type for `key` (with `ftype`: F32, the quantizer decides)."""
+        return T.F32 if ftype else types[key]
+
+    def emit():
+        """Every tensor through `quant`; transformers' state dict of their values."""
+        new_sd = {}
+        new_sd["model.embed_tokens.weight"] = torch.from_numpy(quant("token_embd.weight", kind("embd"),
+                                                                     sd["model.embed_tokens.weight"]))
+        new_sd["model.norm.weight"] = torch.from_numpy(quant("output_norm.weight", T.F32, sd["model.norm.weight"]))
+        new_sd["lm_head.weight"] = torch.from_numpy(quant("output.weight", kind("output"), sd["lm_head.weight"]))
+        for L in range(cfg.num_hidden_layers):
+            p = f"model.layers.{L}."
+            for tail, gtail in (MINIMAX_NAMES if minimax else GLM_NAMES if glm else DEEPSEEK_NAMES).items():
+                if p + tail not in sd:
+                    continue
+                t = sd[p + tail]
+                ty = T.F32 if t.dim() == 1 or tail == "mlp.gate.weight" else kind(tail.split(".")[-2])
+                new_sd[p + tail] = torch.from_numpy(quant(f"blk.{L}.{gtail}", ty, t))
+            if glm:
+                pass
+            elif split_kv_b:
+                kv_b = sd[p + "self_attn.kv_b_proj.weight"]
+                per_head = kv_b.view(nh, nope + v, r)
+                k_b = per_head[:, :nope].transpose(1, 2).contiguous()  # [nh, r, nope]
+                v_b = per_head[:, nope:].contiguous()  # [nh, v, r]
+                kv = quant(f"blk.{L}.attn_k_b.weight", kind("k_b"), k_b)
+                vv = quant(f"blk.{L}.attn_v_b.weight", kind("v_b"), v_b)
+                full = np.concatenate([kv.transpose(0, 2, 1), vv], axis=1).reshape(nh * (nope + v), r)
+                new_sd[p + "self_attn.kv_b_proj.weight"] = torch.from_numpy(np.ascontiguousarray(full))
+            else:
+                full = quant(f"blk.{L}.attn_kv_b.weight", kind("kv_b_proj"), sd[p + "self_attn.kv_b_proj.weight"])
+                new_sd[p + "self_attn.kv_b_proj.weight"] = torch.from_numpy(np.ascontiguousarray(full))
+            if p + "mlp.experts.gate_up_proj" in sd:
+                gu = sd[p + "mlp.experts.gate_up_proj"]
+                down = sd[p + "mlp.experts.down_proj"]
+                inter = down.shape[-1]
+                g = quant(f"blk.{L}.ffn_gate_exps.weight", kind("exp_gate"), gu[:, :inter])
+                u = quant(f"blk.{L}.ffn_up_exps.weight", kind("exp_up"), gu[:, inter:])
+                d = quant(f"blk.{L}.ffn_down_exps.weight", kind("exp_down"), down)
+                new_sd[p + "mlp.experts.gate_up_proj"] = torch.from_numpy(np.concatenate([g, u], axis=1))
+                new_sd[p + "mlp.experts.down_proj"] = torch.from_numpy(d)
+        return new_sd
+
+    new_sd = emit()
+    tool = None
+    if ftype:
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        out = os.path.join(out_dir, "model.gguf")
+        tool = quantize(os.path.join(tmp, "f32.gguf"), out, ftype)
+        shutil.rmtree(tmp, ignore_errors=True)
+        types = {}
+        for t in GGUFReader(out).tensors:
+            quantized[t.name] = quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+            types[t.name] = t.tensor_type
+        new_sd = emit()
+        w = None
+        tool = f"{tool}, {ftype}"
     missing = [k for k in sd if k not in new_sd]
     assert not missing, missing
     model.load_state_dict(new_sd, strict=True)
@@ -403,7 +446,7 @@ def build_deepseek(name, seed, types, split_kv_b=True, model_type="deepseek_v3",
     for m in model.modules():
         if type(m).__name__.endswith("TopkRouter"):
             m.register_forward_hook(group_router_hook(gaps))
-    finish(name, out_dir, w, model, cfg, seed, gaps, types)
+    finish(name, out_dir, w, model, cfg, seed, gaps, types, tool)
 
 
 def quantize(src, out, ftype, imatrix=None):
@@ -798,6 +841,12 @@ def main():
     build_deepseek("minimax_m2_q4_k_m", 38, dict(embd=T.Q8_0, output=T.Q6_K, q_proj=T.Q4_K, k_proj=T.Q5_K,
                    v_proj=T.Q6_K, o_proj=T.Q4_K, exp_gate=T.Q4_K, exp_up=T.Q4_K, exp_down=T.Q8_0),
                    model_type="minimax_m2", arch="minimax-m2", **mm)
+    # The same three families through llama.cpp's own quantizer (Q4_K_M; the tiny widths'
+    # rows below 256 take the recipe's fallback types).
+    build_deepseek("deepseek_v3_llamacpp_q4_k_m", 45, {}, ftype="Q4_K_M", **ds)
+    build_deepseek("glm4_moe_llamacpp_q4_k_m", 46, {}, ftype="Q4_K_M", model_type="glm4_moe", arch="glm4moe", **glm)
+    build_deepseek("minimax_m2_llamacpp_q4_k_m", 47, {}, ftype="Q4_K_M", model_type="minimax_m2",
+                   arch="minimax-m2", **mm)
     moe = dict(common, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, intermediate_size=64)
     build("qwen3_moe_mixed", "qwen3_moe", "qwen3moe", 33, dict(embd=T.Q4_0, output=T.Q8_0, q=T.IQ2_S, k=T.IQ1_M,
           v=T.Q5_0, o=T.Q5_1, exp_gate=T.Q4_1, exp_up=T.IQ4_NL, exp_down=T.MXFP4), n_experts=4, top_k=2,

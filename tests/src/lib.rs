@@ -63,6 +63,9 @@ pub const TINY_FIXTURES: &[&str] = &[
     "gguf_qwen3_moe_llamacpp_iq2_xxs",
     "gguf_gpt_oss_llamacpp_mxfp4",
     "gguf_qwen3_next_llamacpp_q4_k_m",
+    "gguf_deepseek_v3_llamacpp_q4_k_m",
+    "gguf_glm4_moe_llamacpp_q4_k_m",
+    "gguf_minimax_m2_llamacpp_q4_k_m",
 ];
 
 /// A fixture's `reference.json`, recorded from `transformers`.
