@@ -261,9 +261,16 @@ pub fn parse(buf: &[u8]) -> Result<(BTreeMap<String, GgufValue>, Vec<GgufTensor>
                 known.join(", ")
             )
         })?;
-        let numel = checked_numel(&dims)
-            .ok_or_else(|| format!("tensor \"{name}\": dims {dims:?} overflow"))?;
         let (bs, bb) = ty.block();
+        // Every dim, zero ones as one, sized in bytes without overflow: a zero-element
+        // tensor with a 2^62-long row would pass the product and overflow its row's size.
+        let numel = checked_numel(&dims)
+            .filter(|_| {
+                dims.iter()
+                    .try_fold(bb, |a, &d| a.checked_mul(d.max(1)))
+                    .is_some()
+            })
+            .ok_or_else(|| format!("tensor \"{name}\": dims {dims:?} overflow"))?;
         if dims.first().is_some_and(|&d| !d.is_multiple_of(bs)) {
             return Err(format!(
                 "tensor \"{name}\": row length {} is not a multiple of the {ty:?} block size {bs}",

@@ -28,6 +28,22 @@ fn gguf_zero_dim_quantized_tensor_is_an_error() {
     assert_eq!((t[0].numel(), t[0].range.len()), (1, 4));
 }
 
+/// Found by `cargo fuzz run gguf_model`: no elements (a zero dim), but a row of 2^62 f32
+/// whose byte size overflows; refused by name, as a tensor of 2^62 x 2^2 is.
+#[test]
+fn gguf_zero_element_tensor_with_an_overflowing_row_is_an_error() {
+    for dims in [[1u64 << 62, 0], [0, 1 << 62], [1 << 61, 4]] {
+        let e = gguf_err(&GgufBuilder::new().tensor("w", &dims, 0, vec![]).build());
+        assert!(
+            e.contains("tensor \"w\": dims") && e.contains("overflow"),
+            "{e}"
+        );
+    }
+    // A zero-element tensor of a sane shape stays accepted (no bytes).
+    let (_, t) = gguf::parse(&GgufBuilder::new().tensor("z", &[8, 0], 0, vec![]).build()).unwrap();
+    assert_eq!((t[0].numel(), t[0].range.len()), (0, 0));
+}
+
 #[test]
 fn dequantize_size_mismatch_is_an_error_not_an_assert() {
     let block = [0u8; 18];
