@@ -195,15 +195,23 @@ fn bench_scaled_tokens(c: &mut Criterion) {
 /// GGUF block types at an MoE expert's shape (1024 x 2048), one thread, one token: the
 /// fused kernel (`matmul`) against the reference path the types without one took (four
 /// rows dequantized by `coli_core::gguf::dequantize`, then the f32 kernel). Throughput in
-/// bytes of stored blocks. `COLI_BENCH_GGML=Q4_K,IQ2_XXS` picks types.
+/// bytes of stored blocks. `COLI_BENCH_GGML=Q4_K,IQ2_XXS` picks types;
+/// `COLI_BENCH_GGML_ROWS=65536` a matrix bigger than the caches, `COLI_BENCH_THREADS=2`
+/// more threads (the decode case: each token's weights come from memory).
 fn bench_ggml(c: &mut Criterion) {
     use coli_core::gguf::GgmlType;
     use coli_kernels::dot::{bytemuck_f32, dot_rows};
-    let (rows, cols) = (1024usize, 2048usize);
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (rows, cols) = (env("COLI_BENCH_GGML_ROWS", 1024), 2048usize);
     let pick = std::env::var("COLI_BENCH_GGML").ok();
     let mut g = c.benchmark_group(format!("ggml_{rows}x{cols}"));
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
+        .num_threads(env("COLI_BENCH_THREADS", 1))
         .build()
         .unwrap();
     let isa = cpu::best();
