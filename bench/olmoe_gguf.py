@@ -105,11 +105,19 @@ def put(name, data, qtype):
         w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
 
 
-def write_olmoe():
+def shared_keys_and_head():
+    """The keys and tensors both architectures write alike: sizes, embedding, head."""
     w.add_block_count(n_layers)
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(h)
     w.add_feed_forward_length(cfg["intermediate_size"])
+    put("token_embd.weight", weight("model.embed_tokens.weight"), Q.BF16)
+    put("output.weight", weight("lm_head.weight"), Q.BF16)
+    put("output_norm.weight", weight("model.norm.weight"), Q.F32)
+
+
+def write_olmoe():
+    shared_keys_and_head()
     w.add_head_count(cfg["num_attention_heads"])
     w.add_head_count_kv(cfg["num_key_value_heads"])
     w.add_rope_freq_base(cfg["rope_theta"])
@@ -117,9 +125,6 @@ def write_olmoe():
     w.add_expert_count(n_exp)
     w.add_expert_used_count(cfg["num_experts_per_tok"])
     w.add_file_type(2 if INT4 else 7)  # MOSTLY_Q4_0 / MOSTLY_Q8_0
-    put("token_embd.weight", weight("model.embed_tokens.weight"), Q.BF16)
-    put("output.weight", weight("lm_head.weight"), Q.BF16)
-    put("output_norm.weight", weight("model.norm.weight"), Q.F32)
     for l in range(n_layers):
         p = f"model.layers.{l}"
         for hf, gg in [("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")]:
@@ -138,10 +143,7 @@ def write_olmoe():
 def write_deepseek():
     nh, r, rope = cfg["num_attention_heads"], cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
     nope, v = cfg["qk_nope_head_dim"], cfg["v_head_dim"]
-    w.add_block_count(n_layers)
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(h)
-    w.add_feed_forward_length(cfg["intermediate_size"])
+    shared_keys_and_head()
     w.add_head_count(nh)
     w.add_head_count_kv(1)
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
@@ -170,9 +172,6 @@ def write_deepseek():
     w.add_rope_scaling_orig_ctx_len(y["original_max_position_embeddings"])
     w.add_rope_scaling_yarn_log_mul(0.1 * y["mscale_all_dim"])
     w.add_file_type(7)  # MOSTLY_Q8_0
-    put("token_embd.weight", weight("model.embed_tokens.weight"), Q.BF16)
-    put("output.weight", weight("lm_head.weight"), Q.BF16)
-    put("output_norm.weight", weight("model.norm.weight"), Q.F32)
     names = [("input_layernorm", "attn_norm", Q.F32), ("post_attention_layernorm", "ffn_norm", Q.F32),
              ("self_attn.q_a_proj", "attn_q_a", Q.BF16), ("self_attn.q_a_layernorm", "attn_q_a_norm", Q.F32),
              ("self_attn.q_b_proj", "attn_q_b", Q.BF16), ("self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa", Q.BF16),
