@@ -266,9 +266,56 @@ fn bench_ggml(c: &mut Criterion) {
     g.finish();
 }
 
+/// Prefill through GGUF rows at DeepSeek-V3's expert shapes (gate/up 2048 x 7168, down
+/// 7168 x 2048), 128 tokens (each expert's share of a 256-token prompt), one thread: the
+/// exact path dequantizes rows and runs the f32 kernels. Throughput in FLOP (2 per weight
+/// and token). `COLI_BENCH_GGML=Q4_K,Q6_K` picks types (default Q4_K); `COLI_BENCH_TOKENS`.
+fn bench_prefill_ggml(c: &mut Criterion) {
+    use coli_core::gguf::GgmlType;
+    let n_tok = std::env::var("COLI_BENCH_TOKENS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128usize);
+    let pick = std::env::var("COLI_BENCH_GGML").unwrap_or_else(|_| "Q4_K".into());
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    for (rows, cols) in [(2048usize, 7168usize), (7168, 2048)] {
+        let mut g = c.benchmark_group(format!("prefill_ggml_{rows}x{cols}x{n_tok}"));
+        g.sample_size(10);
+        g.throughput(Throughput::Elements((2 * rows * cols * n_tok) as u64));
+        for ty in GgmlType::ALL
+            .into_iter()
+            .filter(|t| pick.split(',').any(|n| n == t.name()))
+        {
+            let mut s = 0x9e3779b97f4a7c15u64;
+            let mut next = move || {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s
+            };
+            let blocks = rows * cols / ty.block().0;
+            let w: Vec<u8> = (0..blocks)
+                .flat_map(|_| coli_core::fuzzing::random_block(ty, &mut next))
+                .collect();
+            let m = MatRef::new(WFormat::Ggml(ty), &w, rows, cols);
+            let xs: Vec<f32> = (0..cols * n_tok).map(|i| (i % 13) as f32 * 0.1).collect();
+            let mut out = vec![0.0; rows * n_tok];
+            let isa = cpu::best();
+            g.bench_function(format!("{}/{isa:?}", ty.name()), |b| {
+                pool.install(|| b.iter(|| matmul_isa(isa, &m, &xs, n_tok, &mut out)))
+            });
+        }
+        g.finish();
+    }
+}
+
 criterion_group!(
     benches,
     bench,
+    bench_prefill_ggml,
     bench_scaled,
     bench_ggml,
     bench_prefill,

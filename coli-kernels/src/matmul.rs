@@ -360,8 +360,10 @@ fn ggml_fused_rows<const T: usize>(
     true
 }
 
-/// Rows `r0..r1` four at a time dequantized to f32 (per-thread buffer), then the f32
-/// kernels: each output is the dequantized row's dot product in the fixed order.
+/// Rows `r0..r1` dequantized to f32, then the f32 kernels: each output is the dequantized
+/// row's dot product in the fixed order. Six tokens or more (prefill) take the panel path
+/// (`matmul/panel.rs`: a panel of rows once, the tokens in k-blocks from L1); fewer, four
+/// rows at a time (per-thread buffer) through [`rows_block_strided`].
 fn rows_block_dequantized(
     isa: Isa,
     m: &MatRef,
@@ -372,6 +374,9 @@ fn rows_block_dequantized(
     out: OutPtr,
 ) {
     let k = m.cols;
+    if panel::applies(isa, k, n_tok) {
+        return panel::rows_panel(isa, m, xs, n_tok, r0, r1, out);
+    }
     with_dequant_buf(4 * k, |buf| {
         let mut r = r0;
         while r < r1 {
@@ -684,6 +689,7 @@ pub fn matmul_reference(m: &MatRef, xs: &[f32], n_tok: usize, out: &mut [f32]) {
 }
 
 mod int8_acts;
+mod panel;
 pub use int8_acts::matmul_many_int8_acts;
 
 #[cfg(test)]

@@ -283,3 +283,60 @@ proptest! {
         }
     }
 }
+
+/// The panel path (prefill through quantized rows, `matmul/panel.rs`) against the scalar
+/// reference: `rows` across panel and quad edges, `cols` across k-blocks (a partial last
+/// one for scaled rows), tokens across groups of 6 and 12 and past one packed chunk.
+fn panel_case(m: &MatRef, n_tok: usize, threads: usize, seed: u64) -> Result<(), TestCaseError> {
+    let cols = m.cols;
+    let xs: Vec<f32> = (0..n_tok * cols)
+        .map(|i| (((i as u64 * 2654435761) ^ seed) % 2000) as f32 / 1000.0 - 1.0)
+        .collect();
+    let mut want = vec![0.0; n_tok * m.rows];
+    matmul_reference(m, &xs, n_tok, &mut want);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    for isa in cpu::available() {
+        let mut got = vec![0.0; n_tok * m.rows];
+        pool.install(|| matmul_isa(isa, m, &xs, n_tok, &mut got));
+        prop_assert_eq!(bits(&got), bits(&want), "{:?} {:?}", m.fmt, isa);
+    }
+    Ok(())
+}
+
+#[test]
+fn panels_past_one_token_chunk_give_the_reference_bits() {
+    use coli_core::gguf::GgmlType;
+    // 130 tokens: a chunk of 128 and one of 2; 70 rows: a panel and a partial one with a
+    // row left over from the quads; 1024 columns: two k-blocks.
+    let w = ggml_rows(GgmlType::Q4_K, 70, 1024, 7);
+    let m = MatRef::new(WFormat::Ggml(GgmlType::Q4_K), &w, 70, 1024);
+    panel_case(&m, 130, 2, 7).unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn ggml_panels_give_the_reference_bits(ty_i in 0usize..4, rows in 1usize..80, blocks in 1usize..4, n_tok in 6usize..40, seed in any::<u64>(), threads in 1usize..3) {
+        use coli_core::gguf::GgmlType;
+        // A K-quant with an AVX-512 decoder, one without, a legacy type, a grid type.
+        let ty = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q5_0, GgmlType::IQ2_XXS][ty_i];
+        let cols = blocks * 256;
+        let w = ggml_rows(ty, rows, cols, seed);
+        panel_case(&MatRef::new(WFormat::Ggml(ty), &w, rows, cols), n_tok, threads, seed)?;
+    }
+
+    #[test]
+    fn scaled_panels_give_the_reference_bits(fmt_i in 0usize..2, rows in 1usize..80, chunks in 1usize..70, n_tok in 6usize..30, bc in 1usize..200, seed in any::<u64>()) {
+        let fmt = [WFormat::I8, WFormat::I4][fmt_i];
+        let cols = chunks * 16;
+        let mut s = seed | 1;
+        let mut next = move || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
+        let w: Vec<u8> = (0..rows * fmt.row_bytes(cols)).map(|_| (next() >> 32) as u8).collect();
+        let scales: Vec<f32> = (0..rows * cols.div_ceil(bc)).map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 + 0.01) * 0.01).collect();
+        let m = MatRef::new(fmt, &w, rows, cols).with_scales(BlockScales { scales: (&scales).into(), block_rows: 1, block_cols: bc });
+        panel_case(&m, n_tok, 2, seed)?;
+    }
+}
