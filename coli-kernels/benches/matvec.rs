@@ -120,8 +120,17 @@ fn bench_prefill_shape(c: &mut Criterion, rows: usize, cols: usize, n_tok: usize
         .build()
         .unwrap();
     for fmt in [WFormat::F32, WFormat::BF16, WFormat::F16] {
-        let w: Vec<u8> = (0..rows * cols * fmt.size())
-            .map(|i| (i % 61) as u8 & 0x3f)
+        // Normal values in [-1, 1] in each format (byte patterns read as f32 were tiny
+        // and their products subnormal, which the FPU takes slowly).
+        let w: Vec<u8> = (0..rows * cols)
+            .flat_map(|i| {
+                let v = ((i as u64 * 2654435761) % 2000) as f32 / 1000.0 - 1.0;
+                match fmt {
+                    WFormat::F32 => v.to_le_bytes().to_vec(),
+                    WFormat::BF16 => ((v.to_bits() >> 16) as u16).to_le_bytes().to_vec(),
+                    _ => half::f16::from_f32(v).to_le_bytes().to_vec(),
+                }
+            })
             .collect();
         let xs: Vec<f32> = (0..cols * n_tok).map(|i| (i % 13) as f32 * 0.1).collect();
         let mut out = vec![0.0; rows * n_tok];
@@ -234,7 +243,12 @@ fn bench_ggml(c: &mut Criterion) {
             .flat_map(|_| coli_core::fuzzing::random_block(ty, &mut next))
             .collect();
         let m = MatRef::new(WFormat::Ggml(ty), &w, rows, cols);
-        let x = vec![0.5f32; cols];
+        // `COLI_BENCH_X_OFFSET=4`: the activations 16 bytes past a cache line (as a heap
+        // vector of f32 may be) rather than on one.
+        let mut xbuf = vec![0.5f32; cols + 32];
+        let skew = (64 - xbuf.as_ptr() as usize % 64) % 64 / 4 + env("COLI_BENCH_X_OFFSET", 0);
+        let x = &mut xbuf[skew..skew + cols];
+        let x = &*x;
         let mut out = vec![0.0; rows];
         g.throughput(Throughput::Bytes(w.len() as u64));
         // On AVX-512 the AVX2 kernel too: the types without an AVX-512 decoder take it.
@@ -244,7 +258,7 @@ fn bench_ggml(c: &mut Criterion) {
         }
         for isa in isas {
             g.bench_function(format!("{}/{isa:?}/fused", ty.name()), |b| {
-                pool.install(|| b.iter(|| matmul_isa(isa, &m, &x, 1, &mut out)))
+                pool.install(|| b.iter(|| matmul_isa(isa, &m, x, 1, &mut out)))
             });
         }
         let mut buf = vec![0.0f32; 4 * cols];
@@ -257,7 +271,7 @@ fn bench_ggml(c: &mut Criterion) {
                         coli_core::gguf::dequantize(ty, &w[at..at + rb], row).unwrap();
                     }
                     let f = |j: usize| bytemuck_f32(&buf[j * cols..(j + 1) * cols]);
-                    let v = dot_rows(isa, WFormat::F32, [f(0), f(1), f(2), f(3)], &x);
+                    let v = dot_rows(isa, WFormat::F32, [f(0), f(1), f(2), f(3)], x);
                     out[r..r + 4].copy_from_slice(&v);
                 }
             })
