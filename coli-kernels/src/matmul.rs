@@ -260,8 +260,8 @@ fn fused_max_tokens(isa: Isa) -> usize {
 }
 
 /// Scaled formats. Few tokens (decode): the fused kernels of [`crate::qdot`], four rows at
-/// a time. Many tokens (prefill), or a block layout the fused loop cannot take: four rows
-/// at a time dequantized to f32 (per-thread buffer), then the f32 kernels. Either way each
+/// a time. Many tokens (prefill), or a block layout the fused loop cannot take: rows
+/// dequantized to f32 ([`rows_block_dequantized`]), then the f32 kernels. Either way each
 /// output is the dequantized row's dot product in the fixed order.
 fn rows_block_scaled(
     isa: Isa,
