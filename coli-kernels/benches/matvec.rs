@@ -201,6 +201,20 @@ fn bench_scaled_tokens(c: &mut Criterion) {
     g.finish();
 }
 
+/// `rows x cols` of random (valid) blocks of `ty`, the same for every run.
+fn random_rows(ty: coli_core::gguf::GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let mut s = 0x9e3779b97f4a7c15u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    (0..rows * cols / ty.block().0)
+        .flat_map(|_| coli_core::fuzzing::random_block(ty, &mut next))
+        .collect()
+}
+
 /// GGUF block types at an MoE expert's shape (1024 x 2048), one thread, one token: the
 /// fused kernel (`matmul`) against the reference path the types without one took (four
 /// rows dequantized by `coli_core::gguf::dequantize`, then the f32 kernel). Throughput in
@@ -231,17 +245,7 @@ fn bench_ggml(c: &mut Criterion) {
         {
             continue;
         }
-        let mut s = 0x9e3779b97f4a7c15u64;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
-        let blocks = rows * cols / ty.block().0;
-        let w: Vec<u8> = (0..blocks)
-            .flat_map(|_| coli_core::fuzzing::random_block(ty, &mut next))
-            .collect();
+        let w = random_rows(ty, rows, cols);
         let m = MatRef::new(WFormat::Ggml(ty), &w, rows, cols);
         // `COLI_BENCH_X_OFFSET=4`: the activations 16 bytes past a cache line (as a heap
         // vector of f32 may be) rather than on one.
@@ -303,17 +307,7 @@ fn bench_prefill_ggml(c: &mut Criterion) {
             .into_iter()
             .filter(|t| pick.split(',').any(|n| n == t.name()))
         {
-            let mut s = 0x9e3779b97f4a7c15u64;
-            let mut next = move || {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                s
-            };
-            let blocks = rows * cols / ty.block().0;
-            let w: Vec<u8> = (0..blocks)
-                .flat_map(|_| coli_core::fuzzing::random_block(ty, &mut next))
-                .collect();
+            let w = random_rows(ty, rows, cols);
             let m = MatRef::new(WFormat::Ggml(ty), &w, rows, cols);
             let xs: Vec<f32> = (0..cols * n_tok).map(|i| (i % 13) as f32 * 0.1).collect();
             let mut out = vec![0.0; rows * n_tok];
